@@ -1,0 +1,149 @@
+"""The child side of ``autograder.runner``: imported once by the fork server, run once per job.
+
+Importing this module pays for the heavy imports (torch, matplotlib, the checks) in the fork
+server, so that every forked job starts with them loaded.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import random
+import resource
+import signal
+import sys
+import traceback
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from IPython.core.inputtransformer2 import TransformerManager  # noqa: E402
+
+import helpers.checks.core as checks_core  # noqa: E402
+from autograder import lesson_checks  # noqa: E402, F401 - every lesson's checks, loaded once
+
+KEEP_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg"}
+
+
+class CellTimeout(BaseException):
+    """Raised inside a cell that ran past its time (a BaseException: ``except Exception`` in
+    the student's code does not swallow it)."""
+
+
+class _Shell:
+    """Stands in for ``get_ipython()``: magics and shell escapes do nothing while grading,
+    except cell magics that just wrap Python (``%%time``), whose body still runs."""
+
+    def __init__(self, namespace: dict):
+        self.namespace = namespace
+
+    def run_line_magic(self, *args, **kwargs):
+        return None
+
+    def run_cell_magic(self, name, line, body):
+        if name in {"time", "timeit", "capture"}:
+            _exec(body, self.namespace)
+        return None
+
+    def system(self, *args, **kwargs):
+        return None
+
+    getoutput = system
+
+
+def _on_alarm(signum, frame):
+    raise CellTimeout()
+
+
+def _exec(source: str, namespace: dict) -> None:
+    code = TransformerManager().transform_cell(source)
+    exec(compile(code, "<cell>", "exec"), namespace)  # noqa: S102 - this process is the sandbox
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def _confine(workdir: str, limits) -> None:
+    os.setsid()  # a process group of its own: the parent kills all of it at the end
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update(KEEP_ENV, HOME=workdir, TMPDIR=workdir)
+    out = os.open(os.path.join(workdir, "output.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a flood of output fails the write, not the job
+    used = _address_space_bytes()
+    extra = limits.memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (used + extra, used + extra))
+    cpu = int(limits.wall_s) + 5
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    size = limits.output_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGALRM, _on_alarm)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    random.seed(0)
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        pages = int(fh.read().split()[0])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def main(payload, workdir: str, limits) -> None:
+    """Run the steps; write one JSON line per step to results.jsonl; exit without cleanup."""
+    _confine(workdir, limits)
+    results = open(os.path.join(workdir, "results.jsonl"), "w", encoding="utf-8")
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    namespace["get_ipython"] = lambda shell=_Shell(namespace): shell
+    namespace["display"] = print
+
+    def write(line: dict) -> None:
+        try:
+            results.write(json.dumps(line, allow_nan=True) + "\n")
+            results.flush()
+        except Exception as exc:  # noqa: BLE001 - e.g. the output limit: say so, once
+            os.write(2, f"grader: could not record a result: {exc}\n".encode())
+
+    for kind, step_id, source in payload:
+        line: dict = {"step": step_id, "kind": kind}
+        records = None
+        signal.setitimer(signal.ITIMER_REAL, limits.cell_s)
+        try:
+            if kind == "test":
+                with checks_core.recording() as records:
+                    _exec(source, namespace)
+            else:
+                _exec(source, namespace)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            line["status"] = "ok"
+        except CellTimeout:
+            line["status"] = "timeout"
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            line["status"] = "error"
+            line["error"] = _describe(exc)
+            line["not_implemented"] = isinstance(exc, NotImplementedError)
+            line["traceback"] = "".join(traceback.format_exception(exc)[-4:])[-3000:]
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if records is not None:
+            line["records"] = list(records)
+        plt.close("all")
+        write(line)
+    write({"step": "__done__"})
+    results.close()
+    sys.stdout.flush()
+    os._exit(0)

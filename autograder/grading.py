@@ -1,0 +1,273 @@
+"""Grade submitted notebooks: find the answers, run them, judge the data, give every exercise a status.
+
+Statuses, per student × assignment × exercise (never a silent zero):
+
+========  ==========================================================================
+passed    every test of the exercise passed
+failed    a test found a mistake (its message names it), or the answer is still blank
+error     the student's code raised an exception (the message shows it)
+timeout   a cell ran past its time limit, or the notebook past its wall-clock limit
+crashed   the process died (segfault, ``os._exit``, memory limit) before the test ran
+missing   the notebook was not submitted, or the exercise's answer cell is gone
+invalid   the file is not a readable Jupyter notebook (not JSON, wrong nbformat...)
+========  ==========================================================================
+
+Tests never come from the submission: the course's own test cells (visible and hidden) are run
+in place of the student's copies, so a deleted or edited test cell changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder import lesson_checks  # noqa: F401 - fills the registry of checks
+from autograder.course import Lesson, Test, cell_source, nbgrader_meta
+from autograder.runner import JobResult, Limits, Step, run_steps
+from helpers.checks.core import REGISTRY, CheckFailed, decode
+
+STATUSES = ("passed", "failed", "error", "timeout", "crashed", "missing", "invalid")
+# when tests of one exercise disagree, the exercise shows the most serious status
+SEVERITY = {s: i for i, s in enumerate(("passed", "failed", "error", "timeout", "crashed", "missing", "invalid"))}
+MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+
+
+class InvalidNotebook(Exception):
+    """The submitted file cannot be read as a notebook; the message says why, in one line."""
+
+
+@dataclass
+class TestResult:
+    grade_id: str
+    hidden: bool
+    status: str
+    points: float
+    max_points: float
+    message: str
+
+
+@dataclass
+class ExerciseResult:
+    exercise: str
+    status: str
+    score: float
+    max_score: float
+    tests: list[TestResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        parts = self.notes + [f"{t.grade_id}: {t.message}" for t in self.tests if t.status != "passed"]
+        return " | ".join(parts)
+
+
+@dataclass
+class NotebookResult:
+    student: str
+    assignment: str
+    notebook: str
+    exercises: list[ExerciseResult]
+    wall_s: float = 0.0
+    output_tail: str = ""
+    note: str = ""
+
+    @property
+    def score(self) -> float:
+        return sum(e.score for e in self.exercises)
+
+    @property
+    def max_score(self) -> float:
+        return sum(e.max_score for e in self.exercises)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a submission
+
+
+def read_notebook(path: Path) -> dict:
+    """Parse ``path`` as an nbformat-4 notebook, or raise InvalidNotebook with the reason."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InvalidNotebook(f"cannot read the file: {exc.strerror}") from None
+    if size == 0:
+        raise InvalidNotebook("the file is empty")
+    if size > MAX_NOTEBOOK_BYTES:
+        raise InvalidNotebook(f"the file is {size / 2**20:.0f} MiB; notebooks over 20 MiB are not graded")
+    try:
+        nb = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidNotebook("the file is not text (not UTF-8)") from None
+    except ValueError as exc:
+        raise InvalidNotebook(f"the file is not JSON ({exc})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise InvalidNotebook("the file is JSON but not a Jupyter notebook (no list of cells)")
+    if nb.get("nbformat") != 4:
+        raise InvalidNotebook(f"notebook format {nb.get('nbformat')!r} is not supported; save it with Jupyter (format 4)")
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            raise InvalidNotebook(f"cell {i} is malformed")
+        if not isinstance(cell.get("source", ""), (str, list)):
+            raise InvalidNotebook(f"cell {i} has no readable source")
+    return nb
+
+
+def build_program(lesson: Lesson, submission: dict) -> tuple[list[Step], set[str]]:
+    """The steps to run: the submission's code cells in their order, with the course's tests in
+    place of the student's test cells. Returns the steps and the exercises whose answers exist.
+
+    Answers are found by their nbgrader ``grade_id``, whatever the cell's type or position;
+    a student's extra cells run too (helpers they wrote). Test cells the student deleted run
+    right after the last cell of their exercise's answer.
+    """
+    tests = {t.grade_id: t for t in lesson.tests()}
+    answer_ids = set(lesson.exercises)
+    steps: list[Step] = []
+    placed: set[str] = set()
+    found: set[str] = set()
+    last_answer_index: dict[str, int] = {}
+    for n, cell in enumerate(submission["cells"]):
+        gid = nbgrader_meta(cell).get("grade_id")
+        if gid in tests:
+            if gid not in placed:
+                steps.append(Step("test", gid, tests[gid].source))
+                placed.add(gid)
+            continue
+        if gid in answer_ids:
+            found.add(gid)
+        elif cell.get("cell_type") != "code":
+            continue
+        steps.append(Step("code", gid or f"cell-{n}", cell_source(cell)))
+        if gid in answer_ids:
+            last_answer_index[gid] = len(steps)
+    for gid, test in tests.items():
+        if gid in placed:
+            continue
+        owner = lesson.exercise_of(gid).grade_id
+        at = last_answer_index.get(owner)
+        step = Step("test", gid, test.source)
+        if at is None:
+            steps.append(step)
+        else:
+            steps.insert(at, step)
+            for key, value in last_answer_index.items():
+                if value >= at:
+                    last_answer_index[key] = value + 1
+            last_answer_index[owner] = at + 1
+        placed.add(gid)
+    return steps, found
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging
+
+
+def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResult:
+    def result(status: str, message: str) -> TestResult:
+        points = test.points if status == "passed" else 0.0
+        return TestResult(test.grade_id, test.hidden, status, points, test.points, message)
+
+    line = job.step(test.grade_id)
+    if answer_line and answer_line.get("status") == "timeout":
+        return result("timeout", "your answer cell ran past the time limit (an infinite loop?)")
+    if line is None:
+        if job.timed_out:
+            return result("timeout", "the notebook ran past its time limit before this test")
+        if job.exitcode not in (0, None):
+            return result("crashed", f"the notebook's process died ({_exit_reason(job.exitcode)}) before this test")
+        return result("crashed", "the notebook stopped before this test ran")
+    if line.get("status") == "timeout":
+        return result("timeout", "the test ran past the time limit (an infinite loop in your code?)")
+    records = line.get("records")
+    if not isinstance(records, list):
+        records = []
+    names = [r.get("check") for r in records if isinstance(r, dict)]
+    if line.get("status") == "error" and not records:
+        cause = line.get("error", "an error")
+        if answer_line and answer_line.get("status") == "error":
+            cause = f"your answer cell raised {answer_line.get('error')}"
+        if line.get("not_implemented"):
+            return result("failed", "not answered yet (the cell still raises NotImplementedError)")
+        return result("error", f"the test could not run: {cause}")
+    if names != test.checks:
+        return result("error", f"the test's checks did not all run (expected {test.checks}, got {names})")
+    for record in records:
+        if "error" in record:
+            if record.get("not_implemented"):
+                return result("failed", "not answered yet (your code raises NotImplementedError)")
+            return result("error", f"your code raised {record['error']}")
+        if "failed" in record:
+            return result("failed", str(record["failed"]))
+        try:
+            data = decode(record.get("data"))
+            REGISTRY[record["check"]].judge(data)
+        except CheckFailed as exc:
+            return result("failed", str(exc))
+        except Exception as exc:  # noqa: BLE001 - malformed data from the child
+            return result("error", f"the data your code produced could not be checked ({type(exc).__name__}: {exc})")
+    if line.get("status") == "error":
+        return result("error", f"the test raised {line.get('error')}")
+    return result("passed", "passed")
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def grade_notebook(lesson: Lesson, path: Path | None, student: str, limits: Limits = Limits()) -> NotebookResult:
+    """Grade one student's notebook for ``lesson``; ``path`` None means not submitted."""
+
+    def uniform(status: str, note: str) -> NotebookResult:
+        exercises = [
+            ExerciseResult(e.grade_id, status, 0.0, e.max_score, notes=[note]) for e in lesson.exercises.values()
+        ]
+        return NotebookResult(student, lesson.assignment, lesson.filename, exercises, note=note)
+
+    if path is None:
+        return uniform("missing", f"no {lesson.filename} was submitted")
+    try:
+        submission = read_notebook(path)
+    except InvalidNotebook as exc:
+        return uniform("invalid", f"{path.name}: {exc}")
+    steps, found = build_program(lesson, submission)
+    job = run_steps(steps, limits)
+    exercises = []
+    for exercise in lesson.exercises.values():
+        if exercise.grade_id not in found:
+            exercises.append(
+                ExerciseResult(exercise.grade_id, "missing", 0.0, exercise.max_score,
+                               notes=[f"the answer cell {exercise.grade_id!r} is not in the notebook"])
+            )
+            continue
+        answer_line = job.step(exercise.grade_id)
+        tests = [judge_test(t, job, answer_line) for t in exercise.tests]
+        status = max((t.status for t in tests), key=SEVERITY.__getitem__)
+        notes = []
+        if answer_line and answer_line.get("status") == "error":
+            notes.append(f"your answer cell raised {answer_line.get('error')}")
+        exercises.append(
+            ExerciseResult(exercise.grade_id, status, sum(t.points for t in tests), exercise.max_score, tests, notes)
+        )
+    note = ""
+    if path.name != lesson.filename:
+        note = f"graded {path.name} (expected the name {lesson.filename})"
+    return NotebookResult(student, lesson.assignment, lesson.filename, exercises, job.wall_s, job.output_tail, note)
+
+
+def locate(submitted: Path, student: str, lesson: Lesson) -> Path | None:
+    """The student's notebook for ``lesson``: the expected name, else a single renamed notebook."""
+    folder = submitted / student / lesson.assignment
+    exact = folder / lesson.filename
+    if exact.is_file():
+        return exact
+    if not folder.is_dir():
+        return None
+    others = sorted(p for p in folder.glob("*.ipynb") if p.is_file())
+    return others[0] if len(others) == 1 else None

@@ -1,0 +1,30 @@
+"""nbgrader settings for this course, applied by ``nbgrader_config.py`` at the course root.
+
+Each setting below exists because nbgrader's default hurts a PyTorch course:
+
+* ``IgnorePattern``: nbgrader scores a test cell 0 when anything is written to stderr; a correct
+  answer that triggers a torch ``UserWarning`` would lose its points. Warnings are shown, never scored.
+* ``OverwriteCells.add_missing_cells``: a test cell the student deleted is put back and run,
+  instead of leaving the exercise as "needs manual grade".
+* ``Execute.timeout``: a cell that runs longer than this is stopped, so one infinite loop cannot
+  hang a whole grading run.
+"""
+
+CELL_TIMEOUT_S = 60
+
+
+def configure(c) -> None:
+    """Fill a traitlets config object ``c`` with the course's nbgrader settings."""
+    c.CourseDirectory.source_directory = "solutions"
+    c.CourseDirectory.release_directory = "notebooks"
+    c.CourseDirectory.submitted_directory = "submitted"
+    c.CourseDirectory.autograded_directory = "autograded"
+    c.CourseDirectory.feedback_directory = "feedback"
+    c.CourseDirectory.course_id = "transformer-course"
+    c.IgnorePattern.enabled = True
+    c.IgnorePattern.pattern = r"[\s\S]"  # any stderr output: warnings never cost points
+    c.OverwriteCells.add_missing_cells = True
+    c.Execute.timeout = CELL_TIMEOUT_S
+    c.Execute.interrupt_on_timeout = True
+    c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+    c.ClearSolutions.enforce_metadata = True

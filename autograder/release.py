@@ -1,0 +1,161 @@
+"""``transformer-course release``: regenerate what is generated from ``solutions/``.
+
+Two things are generated, and both are committed and checked by CI to be up to date:
+
+* ``helpers/reference/<module>.py``: the cells of a lesson tagged ``reference``, with the solution
+  markers removed. Later lessons and the checks import the reference from here, so every
+  implementation has one source: the solution notebook.
+* ``notebooks/<assignment>/<lesson>.ipynb``: the student release, made by nbgrader's
+  ``generate_assignment``, then searched for leaked solution and hidden-test lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from autograder.course import RELEASE, SOLUTIONS, CourseError, cell_source, lessons
+
+REFERENCE_DIR = Path("helpers") / "reference"
+REFERENCE_TAG = "reference"
+MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+BLOCKS = [("### BEGIN SOLUTION", "### END SOLUTION"), ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")]
+TRIVIAL = re.compile(r"^(pass|return|else:|try:|\)|\]|\}|#.*|)$")
+HEADER = '''"""Reference implementation for lesson {lesson}: {title}.
+
+Generated from {source} by `transformer-course release`; do not edit by hand.
+"""
+
+import math  # noqa: F401
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: F401
+'''
+
+
+def reference_modules(root: Path) -> dict[Path, str]:
+    """The text of every generated reference module, by path relative to ``root``."""
+    modules: dict[Path, str] = {}
+    for lesson in lessons(root):
+        meta = lesson.notebook.get("metadata", {}).get("course", {})
+        module = meta.get("reference_module")
+        cells = [c for c in lesson.notebook["cells"] if REFERENCE_TAG in c.get("metadata", {}).get("tags", [])]
+        if not module:
+            if cells:
+                raise CourseError(f"{lesson.path}: cells are tagged reference but no reference_module is set")
+            continue
+        source = lesson.path.relative_to(root).as_posix()
+        parts = [HEADER.format(lesson=meta.get("lesson", "?"), title=meta.get("title", ""), source=source)]
+        for cell in cells:
+            lines = [line for line in cell_source(cell).splitlines() if not MARKER.match(line)]
+            parts.append("\n".join(lines).strip("\n") + "\n")
+        path = REFERENCE_DIR / f"{module}.py"
+        if path in modules:
+            raise CourseError(f"two lessons write {path}")
+        modules[path] = "\n\n".join(parts)
+    return modules
+
+
+def write_references(root: Path) -> list[Path]:
+    written = []
+    for rel, text in reference_modules(root).items():
+        target = root / rel
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+            written.append(rel)
+    return written
+
+
+def tool_env() -> dict[str, str]:
+    """The environment for nbgrader: it calls ``alembic`` by name, so this Python's scripts
+    folder must be on PATH even when the tool was started by its full path."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def generate_release(root: Path, out_dir: Path) -> None:
+    """Run nbgrader's generate_assignment for every lesson, writing releases into ``out_dir``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for lesson in lessons(root):
+            cmd = [
+                sys.executable, "-m", "nbgrader", "generate_assignment", lesson.assignment,
+                "--force", "--log-level=WARN",
+                f"--CourseDirectory.root={root}",
+                f"--CourseDirectory.release_directory={out_dir}",
+                f"--CourseDirectory.db_url=sqlite:///{Path(tmp) / 'gradebook.db'}",
+            ]
+            done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=tool_env())
+            if done.returncode != 0:
+                raise CourseError(f"nbgrader could not release {lesson.assignment}:\n{done.stderr[-3000:]}")
+    for path in out_dir.rglob("*.ipynb"):  # one canonical form so regeneration is byte-identical
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def find_leaks(root: Path, release_dir: Path) -> list[str]:
+    """Solution and hidden-test lines of ``solutions/`` that appear in a release, naming the cell."""
+    leaks = []
+    for lesson in lessons(root):
+        released = release_dir / lesson.assignment / lesson.filename
+        if not released.exists():
+            leaks.append(f"{lesson.assignment}: no release notebook {released.name}")
+            continue
+        release_cells = json.loads(released.read_text(encoding="utf-8"))["cells"]
+        release_lines = {line.strip() for c in release_cells for line in cell_source(c).splitlines()}
+        release_text = "\n".join(cell_source(c) for c in release_cells)
+        open_text = "\n".join(cell_source(c) for c in lesson.notebook["cells"])
+        for begin, end in BLOCKS:
+            open_text = re.sub(re.escape(begin) + r".*?" + re.escape(end), "", open_text, flags=re.S)
+        open_lines = {line.strip() for line in open_text.splitlines()}
+        for cell in lesson.notebook["cells"]:
+            text = cell_source(cell)
+            for begin, end in BLOCKS:
+                for block in re.findall(re.escape(begin) + r"(.*?)" + re.escape(end), text, re.S):
+                    for line in block.splitlines():
+                        line = line.strip()
+                        if len(line) < 16 or TRIVIAL.match(line) or line in open_lines:
+                            continue
+                        if line in release_lines:
+                            leaks.append(f"{lesson.assignment}, cell {cell.get('id')}: {line[:80]}")
+        for begin, _ in BLOCKS:
+            if begin in release_text:
+                leaks.append(f"{lesson.assignment}: marker {begin!r} left in the release")
+    return leaks
+
+
+def release(root: Path, out_dir: Path | None = None) -> list[str]:
+    """Regenerate references and the release; returns a line per changed file. Raises on a leak."""
+    changed = [f"wrote {p}" for p in write_references(root)]
+    target = out_dir or root / RELEASE
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "release"
+        staged.mkdir()
+        generate_release(root, staged)
+        leaks = find_leaks(root, staged)
+        if leaks:
+            raise CourseError("refusing to release: solution lines would leak\n  " + "\n  ".join(leaks))
+        for folder in staged.iterdir():
+            dest = target / folder.name
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    out = dest / path.relative_to(folder)
+                    if not out.exists() or out.read_bytes() != path.read_bytes():
+                        out.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(path, out)
+                        changed.append(f"wrote {out.relative_to(target.parent) if out_dir is None else out}")
+        known = {p.name for p in staged.iterdir()}
+        for stale in sorted(p for p in target.iterdir() if p.is_dir() and p.name not in known) if target.exists() else []:
+            shutil.rmtree(stale)
+            changed.append(f"removed {stale}")
+    return changed
+
+
+__all__ = ["find_leaks", "generate_release", "reference_modules", "release", "SOLUTIONS"]

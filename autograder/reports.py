@@ -1,0 +1,148 @@
+"""What a grading run writes: the long gradebook, per-student feedback, tables and plots."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from autograder.grading import STATUSES, NotebookResult
+
+COLUMNS = ["student_id", "assignment", "notebook", "exercise", "score", "max_score", "status", "message"]
+NEEDS_EYES = ("crashed", "timeout", "invalid")
+
+
+def gradebook(results: list[NotebookResult]) -> pd.DataFrame:
+    """One row per student × assignment × exercise (long form), sorted."""
+    rows = [
+        {
+            "student_id": r.student,
+            "assignment": r.assignment,
+            "notebook": r.notebook,
+            "exercise": e.exercise,
+            "score": e.score,
+            "max_score": e.max_score,
+            "status": e.status,
+            "message": e.message,
+        }
+        for r in results
+        for e in r.exercises
+    ]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    return frame.sort_values(["student_id", "assignment", "exercise"], kind="stable").reset_index(drop=True)
+
+
+def totals(frame: pd.DataFrame) -> pd.DataFrame:
+    """Wide table: one row per student, one column per assignment, and the total."""
+    wide = frame.pivot_table(index="student_id", columns="assignment", values="score", aggfunc="sum", fill_value=0.0)
+    wide["total"] = wide.sum(axis=1)
+    wide.columns.name = None
+    return wide
+
+
+def pass_rates(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per exercise: how many students got each status, and the share that passed."""
+    counts = frame.pivot_table(index=["assignment", "exercise"], columns="status", values="score", aggfunc="count", fill_value=0)
+    counts = counts.reindex(columns=[s for s in STATUSES if s in counts.columns])
+    counts["pass_rate"] = counts.get("passed", 0) / counts.sum(axis=1)
+    counts.columns.name = None
+    return counts
+
+
+def write_reports(results: list[NotebookResult], out: Path) -> pd.DataFrame:
+    out.mkdir(parents=True, exist_ok=True)
+    frame = gradebook(results)
+    frame.to_csv(out / "grades.csv", index=False)
+    if not frame.empty:
+        totals(frame).to_csv(out / "totals.csv")
+        pass_rates(frame).to_csv(out / "pass_rates.csv")
+        _histogram(frame, out / "scores.png")
+    eyes = frame[frame["status"].isin(NEEDS_EYES)]
+    eyes.to_csv(out / "needs_attention.csv", index=False)
+    feedback = out / "feedback"
+    feedback.mkdir(exist_ok=True)
+    by_student: dict[str, list[NotebookResult]] = {}
+    for result in results:
+        by_student.setdefault(result.student, []).append(result)
+    for student, mine in by_student.items():
+        (feedback / f"{_safe(student)}.html").write_text(feedback_html(student, mine), encoding="utf-8")
+    return frame
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def _histogram(frame: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    per_student = frame.groupby("student_id")[["score", "max_score"]].sum()
+    share = 100 * per_student["score"] / per_student["max_score"].where(per_student["max_score"] > 0, 1)
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.subplots()
+    ax.hist(share, bins=range(0, 105, 5), color="#3b528b", edgecolor="white")
+    ax.set_xlabel("score (% of the points of the graded assignments)")
+    ax.set_ylabel("students")
+    ax.set_title(f"Scores of {len(per_student)} students")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; color: #222; }
+table { border-collapse: collapse; width: 100%; margin-bottom: 1.5rem; }
+th, td { border: 1px solid #ccc; padding: .4rem .6rem; text-align: left; vertical-align: top; }
+.passed { color: #1a6d1a; } .failed, .error { color: #a3000b; } .timeout, .crashed, .missing, .invalid { color: #8a4b00; }
+td.msg { white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: .85rem; }
+"""
+
+
+def feedback_html(student: str, results: list[NotebookResult]) -> str:
+    """Per exercise: status, score, and every test's name and message (never a test's code)."""
+    esc = html.escape
+    parts = [f"<!doctype html><meta charset='utf-8'><title>Feedback for {esc(student)}</title><style>{STYLE}</style>"]
+    parts.append(f"<h1>Feedback for {esc(student)}</h1>")
+    for r in sorted(results, key=lambda r: r.assignment):
+        parts.append(f"<h2>{esc(r.assignment)} · {r.score:g} / {r.max_score:g} points</h2>")
+        if r.note:
+            parts.append(f"<p>{esc(r.note)}</p>")
+        parts.append("<table><tr><th>exercise</th><th>status</th><th>points</th><th>tests</th></tr>")
+        for e in r.exercises:
+            tests = "".join(
+                f"<div><b>{esc(t.grade_id)}</b> ({'hidden' if t.hidden else 'visible'}, "
+                f"{t.points:g}/{t.max_points:g}): <span class='{esc(t.status)}'>{esc(t.status)}</span>"
+                + ("" if t.status == "passed" else f"<br>{esc(t.message)}")
+                + "</div>"
+                for t in e.tests
+            )
+            notes = "".join(f"<div>{esc(n)}</div>" for n in e.notes)
+            parts.append(
+                f"<tr><td>{esc(e.exercise)}</td><td class='{esc(e.status)}'>{esc(e.status)}</td>"
+                f"<td>{e.score:g} / {e.max_score:g}</td><td class='msg'>{notes}{tests}</td></tr>"
+            )
+        parts.append("</table>")
+        if r.output_tail.strip():
+            parts.append(
+                "<details><summary>The end of what your notebook printed while it was graded</summary>"
+                f"<pre>{esc(r.output_tail[-4000:])}</pre></details>"
+            )
+    return "\n".join(parts) + "\n"
+
+
+def summary(frame: pd.DataFrame) -> str:
+    """The text printed at the end of a run."""
+    if frame.empty:
+        return "nothing was graded"
+    lines = [totals(frame).to_string(float_format=lambda v: f"{v:g}")]
+    counts = frame["status"].value_counts()
+    lines.append("exercises: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if s in counts))
+    eyes = frame[frame["status"].isin(NEEDS_EYES)]
+    if not eyes.empty:
+        lines.append("needs an instructor's eyes: " + ", ".join(
+            sorted({f"{r.student_id}/{r.assignment} ({r.status})" for r in eyes.itertuples()})
+        ))
+    return "\n".join(lines)

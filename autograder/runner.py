@@ -1,0 +1,210 @@
+"""Run a student's notebook in a throw-away process and bring back data, never objects.
+
+The parent (the grader) never imports or runs student code. For each notebook it starts a child
+process, forked from a server that has already imported torch (so a job costs milliseconds, not
+the seconds of ``import torch``). The child:
+
+* starts a new process group, drops every environment variable but a few harmless ones, works in
+  an empty temporary directory, and runs under resource limits set from outside its code:
+  CPU seconds, address space, file size (which caps its output), plus a per-cell alarm;
+* executes the program it was given (the student's cells, with the course's test cells in place
+  of the student's copies), continuing after errors so later exercises can still score;
+* runs every test cell with checks in *recording* mode: a check probes the student's object and
+  stores plain data (numbers and lists), which the child appends as one JSON line per step to
+  ``results.jsonl``.
+
+The parent kills the whole process group when the wall-clock limit passes, then reads the JSON
+lines with a size limit and decodes them field by field (``helpers.checks.core.decode``). The
+verdict comes from the judges, run in the parent. What this stops and what it does not is
+written down in README ("Grading and its threat model").
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RESULTS = "results.jsonl"
+OUTPUT = "output.txt"
+MAX_RESULTS_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one notebook run."""
+
+    wall_s: float = 120.0  # the whole notebook, wall clock: the child is killed after this
+    cell_s: float = 30.0  # one cell: an alarm raises CellTimeout inside it
+    memory_mb: int = 2048  # address space the child may add to what the imports already use
+    output_mb: int = 16  # largest file the child may write (its printed output included)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing for the child to run: a code cell of the student's, or a course test cell."""
+
+    kind: str  # "code" or "test"
+    id: str  # the cell's nbgrader grade_id, or "cell-<n>" for cells without one
+    source: str
+
+
+@dataclass
+class JobResult:
+    lines: list[dict] = field(default_factory=list)  # decoded JSON lines, in order
+    exitcode: int | None = None  # None: killed by the parent; < 0: killed by that signal
+    timed_out: bool = False
+    wall_s: float = 0.0
+    output_tail: str = ""
+
+    def step(self, step_id: str) -> dict | None:
+        for line in self.lines:
+            if isinstance(line, dict) and line.get("step") == step_id:
+                return line
+        return None
+
+
+class ForkServer:
+    """A process that imports torch and the checks once, then forks one child per job.
+
+    Protocol on its stdin/stdout, one JSON line each: the parent sends a job, the server answers
+    ``{"pid": ...}`` once the child runs and ``{"exit": code}`` when it has ended.
+    """
+
+    def __init__(self):
+        env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "autograder.forkserver"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+        )
+        ready = self._read(timeout=120)
+        if ready != {"ready": True}:
+            raise RuntimeError("the grading fork server did not start")
+
+    def _read(self, timeout: float | None) -> dict | None:
+        out = self.process.stdout
+        if timeout is not None:
+            ready, _, _ = select.select([out], [], [], max(0.0, timeout))
+            if not ready:
+                return None
+        line = out.readline()
+        if not line:
+            raise RuntimeError("the grading fork server stopped")
+        return json.loads(line)
+
+    def run(self, payload: list, workdir: str, limits: Limits) -> tuple[int | None, bool]:
+        """Run one job; returns (exit code or None if killed for time, timed_out)."""
+        request = {"payload": payload, "workdir": workdir, "limits": asdict(limits)}
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        self.process.stdin.flush()
+        pid = self._read(timeout=60)["pid"]
+        answer = self._read(timeout=limits.wall_s)
+        timed_out = answer is None
+        _kill_group(pid)  # also ends anything the job left running in its process group
+        if timed_out:
+            answer = self._read(timeout=30)
+        return (None if timed_out else answer["exit"]), timed_out
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+_idle: list[ForkServer] = []
+_all: list[ForkServer] = []
+_lock = threading.Lock()
+
+
+def _acquire() -> ForkServer:
+    with _lock:
+        if _idle:
+            return _idle.pop()
+    server = ForkServer()
+    with _lock:
+        _all.append(server)
+    return server
+
+
+def _release(server: ForkServer) -> None:
+    with _lock:
+        _idle.append(server)
+
+
+@atexit.register
+def shutdown() -> None:
+    """Stop every fork server (called at exit; safe to call twice)."""
+    with _lock:
+        servers, _all[:], _idle[:] = list(_all), [], []
+    for server in servers:
+        server.close()
+
+
+def run_steps(steps: list[Step], limits: Limits = Limits()) -> JobResult:
+    """Run ``steps`` in a fresh child process under ``limits``; never raises for student faults."""
+    server = _acquire()
+    try:
+        with tempfile.TemporaryDirectory(prefix="tc-job-") as workdir:
+            os.chmod(workdir, 0o700)
+            payload = [(s.kind, s.id, s.source) for s in steps]
+            start = time.monotonic()
+            exitcode, timed_out = server.run(payload, workdir, limits)
+            result = JobResult(exitcode=exitcode, timed_out=timed_out)
+            result.wall_s = time.monotonic() - start
+            result.lines = _read_lines(Path(workdir) / RESULTS)
+            result.output_tail = _tail(Path(workdir) / OUTPUT)
+    except BaseException:
+        server.close()
+        with _lock:
+            if server in _all:
+                _all.remove(server)
+        raise
+    _release(server)
+    return result
+
+
+def _kill_group(pid: int | None) -> None:
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_lines(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, "rb") as fh:
+        raw = fh.read(MAX_RESULTS_BYTES)
+    lines = []
+    for chunk in raw.split(b"\n"):
+        if not chunk.strip():
+            continue
+        try:
+            value = json.loads(chunk)
+        except ValueError:
+            continue  # a line cut short by a kill, or garbage: judged as missing data
+        if isinstance(value, dict):
+            lines.append(value)
+    return lines
+
+
+def _tail(path: Path, size: int = 8000) -> str:
+    if not path.exists():
+        return ""
+    with open(path, "rb") as fh:
+        fh.seek(max(0, path.stat().st_size - size))
+        return fh.read().decode("utf-8", "replace")

@@ -1,0 +1,245 @@
+"""The machinery every lesson's checks share.
+
+A check is split in two halves so that grading can trust it:
+
+* ``probe(student_object) -> dict`` runs the student's code on inputs the check makes itself and
+  returns plain data: tensors, numbers, strings, lists and dicts of them.
+* ``judge(data) -> str`` rebuilds the same inputs, runs the reference, compares, and either returns
+  a one-line summary of what it checked or raises :class:`CheckFailed` with a message that names
+  the most likely mistake and prints the evidence.
+
+In a notebook, calling a check runs both halves in the student's kernel and prints the verdict.
+The grader runs only the probe next to the student's code (in a throw-away process), ships the
+data back as JSON, and runs the judge in a process the student's code never touched. The data
+makes the same JSON round trip in both modes, so the student sees exactly the grader's diagnosis.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+__all__ = [
+    "Check",
+    "CheckFailed",
+    "REGISTRY",
+    "decode",
+    "encode",
+    "first_mismatch",
+    "recording",
+]
+
+#: every check ever defined, by name (names are unique across lessons)
+REGISTRY: dict[str, "Check"] = {}
+
+# When the grader runs a test cell next to the student's code, checks only record their probe's
+# data here instead of judging. ``None`` means: judge right away (a student's notebook).
+_records: list[dict] | None = None
+
+_DTYPES = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
+MAX_ELEMENTS = 2_000_000  # per probe: the data of an honest probe is a few thousand numbers
+
+
+class CheckFailed(AssertionError):
+    """A check found a mistake. The message says which one and shows the evidence."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named test: ``probe`` runs next to the student's code, ``judge`` decides."""
+
+    name: str
+    probe: Callable[[Any], dict]
+    judge: Callable[[dict], str]
+    hidden: bool = False
+
+    def __post_init__(self):
+        known = REGISTRY.get(self.name)
+        if known is not None and known.probe.__module__ != self.probe.__module__:
+            raise ValueError(f"two checks are named {self.name!r}")
+        REGISTRY[self.name] = self  # a reloaded module replaces its own checks
+
+    def __call__(self, student_object: Any) -> None:
+        if _records is not None:
+            _records.append(self.record(student_object))
+            return None
+        data = decode(encode(self.probe(student_object)))
+        summary = self.judge(data)
+        print(f"\N{CHECK MARK} {summary}")
+        return None
+
+    def record(self, student_object: Any) -> dict:
+        """Run the probe and return JSON-ready data, or the error the student's code raised."""
+        try:
+            return {"check": self.name, "data": encode(self.probe(student_object))}
+        except CheckFailed as exc:  # the probe itself found the object unusable (wrong type...)
+            return {"check": self.name, "failed": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - any error of the student's code is data here
+            return {
+                "check": self.name,
+                "error": f"{type(exc).__name__}: {exc}"[:2000],
+                "not_implemented": isinstance(exc, NotImplementedError),
+                "traceback": "".join(traceback.format_exception(exc)[-6:])[-4000:],
+            }
+
+
+class recording:
+    """Context manager: while active, checks record their probe data instead of judging."""
+
+    def __enter__(self) -> list[dict]:
+        global _records
+        self._saved = _records
+        _records = []
+        return _records
+
+    def __exit__(self, *exc_info) -> None:
+        global _records
+        _records = self._saved
+
+
+# --------------------------------------------------------------------------------------------
+# Data that crosses between processes: JSON-ready, never pickles.
+
+
+def encode(value: Any) -> Any:
+    """Turn probe data into JSON-ready values. Tensors become plain lists of numbers."""
+    if isinstance(value, torch.Tensor):
+        plain = torch.Tensor.detach(value).cpu()
+        if type(plain) is not torch.Tensor:  # a subclass: copy its storage into a plain tensor
+            plain = torch.Tensor._make_subclass(torch.Tensor, plain)
+        dtype = _DTYPE_NAMES.get(plain.dtype)
+        if dtype is None:
+            return {"__unsupported__": f"tensor of dtype {plain.dtype}"}
+        if plain.numel() > MAX_ELEMENTS:
+            return {"__unsupported__": f"tensor with {plain.numel()} elements"}
+        if dtype == "bfloat16":
+            plain, dtype = plain.float(), "float32"
+        flat = plain.reshape(-1).tolist()
+        return {"__tensor__": {"dtype": dtype, "shape": list(plain.shape), "data": flat}}
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, torch.Size):
+        return list(value)
+    return {"__unsupported__": type(value).__name__}
+
+
+class Unsupported:
+    """Stands for a value the probe could not turn into data (the judge says what it was)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"<{self.what}>"
+
+
+def decode(value: Any, _budget: list[int] | None = None) -> Any:
+    """Rebuild probe data from JSON values, checking every field (the data is untrusted)."""
+    budget = [MAX_ELEMENTS] if _budget is None else _budget
+    if isinstance(value, dict):
+        if set(value) == {"__tensor__"}:
+            spec = value["__tensor__"]
+            if not isinstance(spec, dict) or set(spec) != {"dtype", "shape", "data"}:
+                raise ValueError("malformed tensor data")
+            dtype = _DTYPES.get(spec["dtype"]) if isinstance(spec["dtype"], str) else None
+            shape, data = spec["shape"], spec["data"]
+            if dtype is None or not isinstance(shape, list) or not isinstance(data, list):
+                raise ValueError("malformed tensor data")
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+                raise ValueError("malformed tensor shape")
+            if len(data) != math.prod(shape):
+                raise ValueError("tensor data does not fit its shape")
+            budget[0] -= len(data)
+            if budget[0] < 0:
+                raise ValueError("too much data")
+            if not all(isinstance(x, (int, float)) for x in data):
+                raise ValueError("tensor data must be numbers")
+            return torch.tensor(data, dtype=dtype).reshape(shape)
+        if set(value) == {"__unsupported__"}:
+            return Unsupported(str(value["__unsupported__"]))
+        return {str(k): decode(v, budget) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode(v, budget) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ValueError(f"unexpected {type(value).__name__} in probe data")
+
+
+# --------------------------------------------------------------------------------------------
+# Evidence for messages.
+
+
+def describe(value: Any) -> str:
+    """A short description of what a student's function returned."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, Unsupported):
+        return f"a {value.what}"
+    return f"{type(value).__name__} {value!r}"[:200]
+
+
+def expect_tensor(value: Any, shape: tuple[int, ...], what: str) -> torch.Tensor:
+    """Fail unless ``value`` is a tensor of ``shape``."""
+    if not isinstance(value, torch.Tensor):
+        raise CheckFailed(f"{what} should return a tensor of shape {shape}, got {describe(value)}.")
+    if tuple(value.shape) != tuple(shape):
+        raise CheckFailed(
+            f"{what} should return shape {tuple(shape)}, got {tuple(value.shape)}."
+        )
+    return value
+
+
+def first_mismatch(expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> str:
+    """Where and by how much two same-shaped tensors first differ (for a failure message)."""
+    exp, act = expected.double(), got.double()
+    close = torch.isclose(act, exp, atol=atol, rtol=rtol, equal_nan=True)
+    bad = (~close).nonzero()
+    if len(bad) == 0:
+        return "no mismatch"
+    index = tuple(int(i) for i in bad[0])
+    finite = torch.isfinite(exp) & torch.isfinite(act)
+    diff = (exp - act).abs()[finite]
+    worst = f"; largest difference {diff.max().item():.3g}" if diff.numel() and diff.max() > 0 else ""
+    e, a = exp[index].item(), act[index].item()
+    digits = 6 if f"{e:.6g}" != f"{a:.6g}" else 12
+    return (
+        f"{len(bad)} of {exp.numel()} entries differ; first at index {index}: "
+        f"expected {e:.{digits}g}, got {a:.{digits}g}{worst}"
+    )
+
+
+def close(expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> bool:
+    """``allclose`` in float64 that treats matching infinities and NaNs as equal."""
+    return bool(
+        torch.isclose(got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=True).all()
+    )
+
+
+def identify(got: torch.Tensor, variants: dict[str, torch.Tensor], atol: float, rtol: float):
+    """The first known mistake whose output ``got`` reproduces, or ``None``."""
+    for label, output in variants.items():
+        if output.shape == got.shape and close(output, got, atol, rtol):
+            return label
+    return None

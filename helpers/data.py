@@ -1,0 +1,439 @@
+"""The course's training text, Tiny Shakespeare, and how it is cut into batches.
+
+Getting the text takes one call::
+
+    from helpers.data import shakespeare_dataset, get_batch
+
+    data = shakespeare_dataset()          # CharDataset(vocab, train, val)
+    x, y = get_batch(data.train, batch_size=32, block_size=64)
+
+Where the text comes from (the first that applies wins; see ``tiny_shakespeare_path``):
+
+1. a ``path`` you pass (the file, or a folder that holds ``tinyshakespeare.txt``);
+2. the environment variable ``TRANSFORMER_COURSE_DATA`` (file or folder, same rule);
+3. the cache, ``~/.cache/transformer-course/tinyshakespeare.txt``
+   (or under ``$XDG_CACHE_HOME`` when that is set);
+4. a download into the cache, checked against its SHA-256 checksum.
+
+Every copy is checked against the checksum unless you pass ``sha256=None``.
+
+Shape legend used in this module:
+
+* ``B`` - batch size: how many windows of text are sampled at once
+* ``T`` - block size (time): how many characters each window holds
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import pathlib
+import tempfile
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+__all__ = [
+    "DATA_ENV_VAR",
+    "DOWNLOAD_TIMEOUT_S",
+    "FILENAME",
+    "TINY_SHAKESPEARE_CHARS",
+    "TINY_SHAKESPEARE_SHA256",
+    "TINY_SHAKESPEARE_URL",
+    "CharDataset",
+    "CharVocab",
+    "DataUnavailableError",
+    "default_cache_dir",
+    "get_batch",
+    "load_tiny_shakespeare",
+    "shakespeare_dataset",
+    "tiny_shakespeare_path",
+    "train_val_split",
+]
+
+TINY_SHAKESPEARE_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+)
+TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+TINY_SHAKESPEARE_CHARS = 1_115_394
+DATA_ENV_VAR = "TRANSFORMER_COURSE_DATA"
+FILENAME = "tinyshakespeare.txt"
+
+#: Seconds to wait for the server before a download counts as failed.
+DOWNLOAD_TIMEOUT_S = 30.0
+
+_CHUNK_BYTES = 64 * 1024
+
+
+class DataUnavailableError(RuntimeError):
+    """The text could not be found, fetched or verified; the message says how to fix it."""
+
+
+# --------------------------------------------------------------------------------------------
+# Finding (and, if need be, downloading) the file
+# --------------------------------------------------------------------------------------------
+
+
+def default_cache_dir() -> pathlib.Path:
+    """Where downloads are kept: ``$XDG_CACHE_HOME/transformer-course``, else ``~/.cache/...``."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = pathlib.Path(xdg).expanduser() if xdg else pathlib.Path.home() / ".cache"
+    return base / "transformer-course"
+
+
+def _sha256_of(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _file_in(candidate: pathlib.Path) -> pathlib.Path:
+    """``candidate`` itself if it is a file; ``candidate/FILENAME`` if it is a folder."""
+    return candidate / FILENAME if candidate.is_dir() else candidate
+
+
+def _verified(path: pathlib.Path, sha256: str | None, where: str) -> pathlib.Path:
+    """Return ``path`` if it exists and has the right checksum; raise a clear error if not."""
+    if not path.is_file():
+        raise DataUnavailableError(
+            f"{where} points to {path}, but there is no such file. Fix the path (a file, or a "
+            f"folder that holds {FILENAME}), or leave it out to use the cache or a download."
+        )
+    if sha256 is not None:
+        got = _sha256_of(path)
+        if got != sha256.lower():
+            raise DataUnavailableError(
+                f"{where}: the file {path} has the wrong SHA-256 checksum.\n"
+                f"  expected: {sha256.lower()}\n"
+                f"  got:      {got}\n"
+                "It is not the expected copy of Tiny Shakespeare (or it is damaged or truncated). "
+                f"Replace it with a fresh copy of {TINY_SHAKESPEARE_URL}, "
+                "or pass sha256=None to use it unchecked."
+            )
+    return path
+
+
+def _download(
+    url: str,
+    target: pathlib.Path,
+    sha256: str | None,
+    *,
+    progress: bool,
+    timeout: float,
+) -> None:
+    """Stream ``url`` into a temporary file next to ``target``, verify it, then rename it.
+
+    Raises ``OSError``/``http.client.HTTPException``/``ValueError`` for network trouble (the
+    caller turns them into one clear message) and ``DataUnavailableError`` for a bad checksum.
+    Nothing is left behind in ``target``'s folder unless the download succeeded.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    tmp = pathlib.Path(tmp_name)
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            with tqdm(
+                total=total,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=f"Downloading {target.name}",
+                disable=not progress,
+            ) as bar:
+                while chunk := response.read(_CHUNK_BYTES):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    bar.update(len(chunk))
+        got = digest.hexdigest()
+        if sha256 is not None and got != sha256.lower():
+            raise DataUnavailableError(
+                f"The file downloaded from {url} has the wrong SHA-256 checksum.\n"
+                f"  expected: {sha256.lower()}\n"
+                f"  got:      {got}\n"
+                "The partial file was deleted and nothing was cached. The server may have sent an "
+                "error page or a different file; download it by hand and check it, or set "
+                f"{DATA_ENV_VAR} to a good copy."
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)  # after a successful rename there is nothing to remove
+
+
+def _how_to_fix(url: str, cache_file: pathlib.Path) -> str:
+    return (
+        "To fix it, do one of these:\n"
+        f"  * download {url}\n"
+        f"    and save it as {cache_file}\n"
+        "  * or save it anywhere and tell the course where it is:\n"
+        f"    export {DATA_ENV_VAR}=/path/to/{FILENAME}\n"
+        "    (a folder that holds the file works too), or pass path=... to the function."
+    )
+
+
+def tiny_shakespeare_path(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    url: str = TINY_SHAKESPEARE_URL,
+    sha256: str | None = TINY_SHAKESPEARE_SHA256,
+    download: bool = True,
+    progress: bool = True,
+    timeout: float = DOWNLOAD_TIMEOUT_S,
+) -> pathlib.Path:
+    """The path of a verified copy of Tiny Shakespeare, downloading it once if need be.
+
+    Tried in this order; the first that applies wins:
+
+    1. ``path``: a file, or a folder that holds ``FILENAME``. If it does not exist, that is an
+       error (the download is *not* tried instead).
+    2. the environment variable ``TRANSFORMER_COURSE_DATA`` (file or folder, same rule).
+    3. ``cache_dir/FILENAME`` (default ``default_cache_dir()``), if its checksum is right.
+    4. downloading ``url`` into the cache (unless ``download=False``). A corrupt cached copy is
+       replaced this way.
+
+    Each copy is checked against ``sha256``; pass ``sha256=None`` to skip the check.
+    Raises ``DataUnavailableError`` with what was tried and how to fix it.
+    """
+    if path is not None:
+        return _verified(_file_in(pathlib.Path(path).expanduser()), sha256, "The path given")
+
+    env_value = os.environ.get(DATA_ENV_VAR)
+    if env_value:
+        return _verified(
+            _file_in(pathlib.Path(env_value).expanduser()),
+            sha256,
+            f"The environment variable {DATA_ENV_VAR}={env_value}",
+        )
+
+    cache = pathlib.Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    cache_file = cache / FILENAME
+    cache_state = "not there"
+    if cache_file.is_file():
+        if sha256 is None or _sha256_of(cache_file) == sha256.lower():
+            return cache_file
+        cache_state = "there, but with the wrong checksum (corrupt or truncated)"
+
+    if download:
+        try:
+            _download(url, cache_file, sha256, progress=progress, timeout=timeout)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            attempt = f"downloading {url} failed: {type(exc).__name__}: {reason}"
+        else:
+            return cache_file
+    else:
+        attempt = "downloading was not tried (download=False)"
+
+    raise DataUnavailableError(
+        f"Could not get Tiny Shakespeare ({FILENAME}).\n"
+        "Tried:\n"
+        "  * an explicit path: none given\n"
+        f"  * the environment variable {DATA_ENV_VAR}: not set\n"
+        f"  * the cache {cache_file}: {cache_state}\n"
+        f"  * {attempt}\n" + _how_to_fix(url, cache_file)
+    )
+
+
+def load_tiny_shakespeare(path: str | os.PathLike[str] | None = None, **kwargs: Any) -> str:
+    """The whole text as one string; ``path`` and ``kwargs`` go to ``tiny_shakespeare_path``."""
+    resolved = tiny_shakespeare_path(path, **kwargs)
+    with open(resolved, encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+# --------------------------------------------------------------------------------------------
+# Characters <-> integer ids
+# --------------------------------------------------------------------------------------------
+
+
+class CharVocab:
+    """A character-level vocabulary: character ``chars[i]`` has id ``i``.
+
+    >>> vocab = CharVocab.from_text("hello")
+    >>> vocab.chars
+    ['e', 'h', 'l', 'o']
+    >>> vocab.decode(vocab.encode("hole"))
+    'hole'
+    """
+
+    def __init__(self, chars: Iterable[str]) -> None:
+        chars = list(chars)
+        for i, c in enumerate(chars):
+            if not isinstance(c, str) or len(c) != 1:
+                raise ValueError(f"vocabulary entry {i} must be a single character, got {c!r}")
+        if len(set(chars)) != len(chars):
+            raise ValueError("vocabulary characters must be unique")
+        self.chars: list[str] = chars
+        self.stoi: dict[str, int] = {c: i for i, c in enumerate(chars)}
+        self.itos: dict[int, str] = dict(enumerate(chars))
+
+    @classmethod
+    def from_text(cls, text: str) -> CharVocab:
+        """The sorted unique characters of ``text``."""
+        return cls(sorted(set(text)))
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CharVocab):
+            return NotImplemented
+        return self.chars == other.chars
+
+    __hash__ = None  # type: ignore[assignment]  # mutable attributes: not hashable
+
+    def __repr__(self) -> str:
+        preview = "".join(self.chars[:20])
+        more = "..." if len(self.chars) > 20 else ""
+        return f"CharVocab({len(self)} chars: {preview!r}{more})"
+
+    def encode(self, text: str) -> torch.Tensor:
+        """``text`` as a 1-D ``torch.long`` tensor of ids, shape ``(len(text),)``."""
+        stoi = self.stoi
+        try:
+            ids = [stoi[c] for c in text]
+        except KeyError:
+            for position, c in enumerate(text):
+                if c not in stoi:
+                    raise ValueError(
+                        f"character {c!r} at position {position} is not in the vocabulary "
+                        f"({len(self)} characters)"
+                    ) from None
+            raise  # unreachable: some character was missing
+        return torch.tensor(ids, dtype=torch.long)
+
+    def decode(self, ids: torch.Tensor | Iterable[int]) -> str:
+        """The text for a 1-D tensor or list of ids."""
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() != 1:
+                raise ValueError(
+                    f"decode expects a 1-D tensor of ids, got shape {tuple(ids.shape)}"
+                )
+            if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+                raise ValueError(f"decode expects integer ids, got dtype {ids.dtype}")
+            values = ids.tolist()
+        else:
+            values = list(ids)
+        itos = self.itos
+        out = []
+        for position, i in enumerate(values):
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise ValueError(f"id at position {position} is {i!r}, not an int")
+            if not 0 <= i < len(itos):
+                raise ValueError(
+                    f"id {i} at position {position} is out of range: valid ids are 0..{len(itos) - 1}"
+                )
+            out.append(itos[i])
+        return "".join(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe description, for saving next to a checkpoint."""
+        return {"chars": list(self.chars)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CharVocab:
+        """The vocabulary saved by ``to_dict``."""
+        if "chars" not in data:
+            raise ValueError("a saved CharVocab needs a 'chars' entry")
+        return cls(data["chars"])
+
+
+# --------------------------------------------------------------------------------------------
+# Splitting and batching
+# --------------------------------------------------------------------------------------------
+
+
+def _check_1d(ids: torch.Tensor, name: str = "ids") -> None:
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(ids).__name__}")
+    if ids.dim() != 1:
+        raise ValueError(f"{name} must be 1-D (one long sequence), got shape {tuple(ids.shape)}")
+
+
+def train_val_split(
+    ids: torch.Tensor, train_fraction: float = 0.9
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``train_fraction`` of ``ids`` for training, the rest for validation.
+
+    Not shuffled: validation text is a stretch the model never trains on.
+    """
+    _check_1d(ids)
+    if isinstance(train_fraction, bool) or not isinstance(train_fraction, (int, float)):
+        raise TypeError(f"train_fraction must be a number, got {train_fraction!r}")
+    if not 0 < train_fraction < 1:
+        raise ValueError(f"train_fraction must be strictly between 0 and 1, got {train_fraction}")
+    n_train = int(train_fraction * len(ids))
+    if n_train == 0 or n_train == len(ids):
+        raise ValueError(
+            f"splitting {len(ids)} ids with train_fraction={train_fraction} leaves one part empty"
+        )
+    return ids[:n_train], ids[n_train:]
+
+
+def get_batch(
+    ids: torch.Tensor,
+    batch_size: int,
+    block_size: int,
+    *,
+    generator: torch.Generator | None = None,
+    device: str | torch.device = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` random windows of ``block_size`` ids, and their next-character targets.
+
+    Returns ``x`` and ``y``, both ``(B, T)`` long tensors on ``device``, with
+    ``y[b, t] == ids[start_b + t + 1]`` where ``x[b, t] == ids[start_b + t]``: ``y`` is ``x``
+    shifted left by one. The starts come from ``torch.randint(..., generator=generator)``, so a
+    seeded generator gives the same batches every time.
+    """
+    _check_1d(ids)
+    for name, value in (("batch_size", batch_size), ("block_size", block_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if len(ids) < block_size + 1:
+        raise ValueError(
+            f"the text has {len(ids)} ids, too short for block_size={block_size}: "
+            f"a window and its target need at least block_size + 1 = {block_size + 1}"
+        )
+    rng_device = generator.device if generator is not None else torch.device("cpu")
+    starts = torch.randint(
+        len(ids) - block_size, (batch_size,), generator=generator, device=rng_device
+    )  # (B,)
+    offsets = starts.to(ids.device)[:, None] + torch.arange(block_size, device=ids.device)  # (B, T)
+    x = ids[offsets]  # (B, T)
+    y = ids[offsets + 1]  # (B, T)
+    return x.to(device), y.to(device)
+
+
+@dataclass(frozen=True)
+class CharDataset:
+    """The encoded text, ready for training: its vocabulary and the two 1-D id tensors."""
+
+    vocab: CharVocab
+    train: torch.Tensor  # (N_train,) long
+    val: torch.Tensor  # (N_val,) long
+
+
+def shakespeare_dataset(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    train_fraction: float = 0.9,
+    **kwargs: Any,
+) -> CharDataset:
+    """Tiny Shakespeare, encoded character by character and split 90/10 (by default).
+
+    ``path`` and ``kwargs`` go to ``tiny_shakespeare_path``.
+    """
+    text = load_tiny_shakespeare(path, **kwargs)
+    vocab = CharVocab.from_text(text)
+    train, val = train_val_split(vocab.encode(text), train_fraction)
+    return CharDataset(vocab=vocab, train=train, val=val)
