@@ -27,6 +27,7 @@ from IPython.core.inputtransformer2 import TransformerManager  # noqa: E402
 import helpers.checks.core as checks_core  # noqa: E402
 from autograder import lesson_checks  # noqa: E402, F401 - every lesson's checks, loaded once
 
+IN_SANDBOX = False  # True in a grading child (set first thing in main)
 KEEP_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg"}
 
 
@@ -102,6 +103,8 @@ def _address_space_bytes() -> int:
 
 def main(payload, workdir: str, limits) -> None:
     """Run the steps; write one JSON line per step to results.jsonl; exit without cleanup."""
+    global IN_SANDBOX
+    IN_SANDBOX = True
     _confine(workdir, limits)
     results = open(os.path.join(workdir, "results.jsonl"), "w", encoding="utf-8")
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)

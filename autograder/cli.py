@@ -175,9 +175,9 @@ def grade_class(root: Path, submitted: Path, out: Path, *, jobs: int = 1, limits
 
 
 def cmd_check(args) -> int:
-    from autograder.selfcheck import check_notebook
+    from autograder.selfcheck import report
 
-    return check_notebook(args.notebook, cell_s=args.cell_timeout)
+    return report(args.notebook, cell_s=args.cell_timeout)
 
 
 def cmd_lab(args) -> int:

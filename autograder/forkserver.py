@@ -6,6 +6,7 @@ confines itself and runs the job (``autograder.child.main``); it never returns h
 
 import json
 import os
+import signal
 import sys
 
 from autograder import child
@@ -18,6 +19,7 @@ def _send(out, message: dict) -> None:
 
 
 def serve() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the parent; we end with stdin
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     _send(stdout, {"ready": True})
     for line in stdin:

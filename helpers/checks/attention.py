@@ -53,7 +53,7 @@ def _judge_mask(cases):
         runs = data.get("runs")
         if not isinstance(runs, list) or len(runs) != len(cases):
             raise CheckFailed("the check's data is incomplete")
-        for case, run in zip(cases, runs):
+        for case, run in zip(cases, runs, strict=True):
             scores = _scores(*case)
             shape = tuple(scores.shape)
             T = shape[-1]
@@ -232,7 +232,7 @@ def _judge_head(cases):
         runs = data.get("runs")
         if not isinstance(runs, list) or len(runs) != len(cases):
             raise CheckFailed("the check's data is incomplete")
-        for (seed, batch, T, C, hs, dtype), run in zip(cases, runs):
+        for (seed, batch, T, C, hs, dtype), run in zip(cases, runs, strict=True):
             weights, x, replacement = _head_inputs(seed, batch, T, C, hs, dtype)
             shape = (*batch, T, hs)
             what = f"AttentionHead(emb_dim={C}, head_dim={hs}) on x of shape {tuple(x.shape)}"

@@ -1,0 +1,95 @@
+"""Every lesson: the solution runs and validates, the blank release fails every test, the release
+is current and leaks nothing, and the notebooks follow the course's conventions."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder import lesson_checks  # noqa: F401 - registers every check
+from autograder.course import RELEASE, cell_source, lessons, nbgrader_meta
+from helpers.checks.core import REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = lessons(ROOT)
+IDS = [lesson.assignment for lesson in LESSONS]
+BIN = str(Path(sys.executable).parent)
+
+
+def tool_env():
+    return dict(os.environ, PATH=os.pathsep.join([BIN, os.environ.get("PATH", "")]))
+
+
+def nbgrader_validate(path: Path, *extra: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "validate", *extra, str(path)],
+        cwd=ROOT, capture_output=True, text=True, env=tool_env(), timeout=900,
+    )
+    return done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
+def test_solution_runs_top_to_bottom(lesson):
+    nb = nbformat.read(lesson.path, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(lesson.path.parent)}})
+    client.execute()  # raises CellExecutionError, naming the cell, on any error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
+def test_nbgrader_validate_passes_on_the_solution(lesson):
+    out = nbgrader_validate(lesson.path)
+    assert "Success! Your notebook passes all the tests." in out, out[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
+def test_no_test_passes_on_the_blank_release(lesson):
+    out = nbgrader_validate(ROOT / RELEASE / lesson.assignment / lesson.filename, "--invert")
+    assert "Success! The notebook does not pass any tests." in out, out[-3000:]
+
+
+def test_release_is_current_and_leaks_nothing():
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder.cli", "release", "--check"],
+        cwd=ROOT, capture_output=True, text=True, env=tool_env(),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
+def test_conventions(lesson):
+    meta = lesson.notebook["metadata"].get("course", {})
+    assert meta.get("assignment") == lesson.assignment
+    assert lesson.exercises, "a lesson has at least one exercise"
+    for cell in lesson.notebook["cells"]:
+        assert not cell.get("outputs") and not cell.get("execution_count"), f"{cell.get('id')} has outputs"
+        nbg = nbgrader_meta(cell)
+        if nbg.get("grade_id"):
+            assert cell.get("id") == nbg["grade_id"], "cell id equals its grade id"
+    for exercise in lesson.exercises.values():
+        kinds = sorted(t.hidden for t in exercise.tests)
+        assert kinds == [False, True], f"{exercise.grade_id}: one visible and one hidden test cell"
+        for test in exercise.tests:
+            assert test.points > 0
+            assert test.checks, f"{test.grade_id} calls no check"
+            assert "assert " not in test.source, f"{test.grade_id}: test cells call checks only"
+            for name in test.checks:
+                assert name in REGISTRY, f"{test.grade_id} calls unknown {name}"
+            hidden_checks = [n for n in test.checks if REGISTRY[n].hidden]
+            assert bool(hidden_checks) == test.hidden, f"{test.grade_id}: hidden checks only in hidden cells"
+    text = "\n".join(cell_source(c) for c in lesson.notebook["cells"])
+    assert "torch.manual_seed" in text, "lessons are seeded"
+    assert "check_notebook(" in text, "a lesson ends with the self-check one-liner"
+
+
+def test_release_notebooks_have_no_outputs():
+    for path in sorted((ROOT / RELEASE).rglob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"), path

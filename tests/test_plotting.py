@@ -1,0 +1,459 @@
+"""Tests for helpers.plotting: shapes, colours, labels and errors of the attention plots."""
+
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from helpers import plotting  # noqa: E402
+from helpers.plotting import (  # noqa: E402
+    plot_attention_grid,
+    plot_attention_weights,
+    plot_causal_mask,
+    plot_loss_curves,
+    plot_query_key_products,
+)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _headless(monkeypatch):
+    """Fail any test that calls plt.show(), and close every figure afterwards."""
+
+    def _no_show(*args, **kwargs):
+        raise AssertionError("plotting functions must not call plt.show()")
+
+    monkeypatch.setattr(plt, "show", _no_show)
+    yield
+    plt.close("all")
+
+
+def causal_scores(n: int, seed: int = 0) -> torch.Tensor:
+    """Random (n, n) scores with the future (j > i) set to -inf."""
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(n, n, generator=gen)
+    future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    return scores.masked_fill(future, float("-inf"))
+
+
+def png_bytes(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=40)
+    return buf.getvalue()
+
+
+def tick_texts(ax, axis: str) -> list[str]:
+    ticks = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    return [t.get_text() for t in ticks]
+
+
+def cell_texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.texts]
+
+
+def luminance(colour) -> float:
+    r, g, b, _ = to_rgba(colour)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+# --- every plot: types, PNG, no show, no global state -----------------------------------------
+
+ALL_PLOTS = {
+    "query_key_products": lambda: plot_query_key_products(causal_scores(5), "hello"),
+    "attention_weights": lambda: plot_attention_weights(
+        torch.softmax(causal_scores(5), dim=-1), "hello"
+    ),
+    "causal_mask": lambda: plot_causal_mask(5, "hello"),
+    "attention_grid": lambda: plot_attention_grid(
+        torch.softmax(torch.randn(2, 3, 5, 5), dim=-1), "hello"
+    ),
+    "loss_curves": lambda: plot_loss_curves({"train": [3.0, 2.0, 1.5]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_PLOTS))
+def test_every_plot_returns_a_figure_and_renders_png_headless(name):
+    rc_before = dict(matplotlib.rcParams)
+    fig, ax_or_axes = ALL_PLOTS[name]()
+    assert isinstance(fig, Figure)
+    if name == "attention_grid":
+        assert isinstance(ax_or_axes, np.ndarray) and ax_or_axes.ndim == 2
+        assert all(isinstance(a, Axes) for a in ax_or_axes.flat)
+    else:
+        assert isinstance(ax_or_axes, Axes)
+        assert ax_or_axes.figure is fig
+    data = png_bytes(fig)
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 1000
+    assert dict(matplotlib.rcParams) == rc_before, "a plotting function changed rcParams"
+
+
+@pytest.mark.parametrize(
+    "plot, data",
+    [
+        (plot_query_key_products, causal_scores(4)),
+        (plot_attention_weights, torch.softmax(causal_scores(4), dim=-1)),
+        (plot_causal_mask, torch.tril(torch.ones(4, 4, dtype=torch.bool))),
+    ],
+)
+def test_draws_into_a_given_axes_without_making_a_figure(plot, data):
+    fig, ax = plt.subplots()
+    n_figures = len(plt.get_fignums())
+    got_fig, got_ax = plot(data, "abcd", ax=ax)
+    assert got_ax is ax and got_fig is fig
+    assert len(plt.get_fignums()) == n_figures
+    assert ax.images, "nothing was drawn into the given axes"
+
+
+def test_loss_curves_draw_into_a_given_axes():
+    fig, ax = plt.subplots()
+    got_fig, got_ax = plot_loss_curves({"train": [2.0, 1.0]}, ax=ax)
+    assert got_ax is ax and got_fig is fig
+    assert len(ax.get_lines()) == 1
+
+
+def test_tensors_requiring_grad_and_numpy_arrays_are_accepted():
+    scores = causal_scores(4).clone().requires_grad_(False)
+    leaf = torch.randn(4, 4, requires_grad=True)
+    with_grad = leaf * 2  # a non-leaf tensor in the autograd graph
+    fig, ax = plot_query_key_products(with_grad, "abcd")
+    expected = with_grad.detach().numpy()
+    np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), expected, rtol=1e-6)
+
+    weights = torch.softmax(leaf, dim=-1)
+    assert weights.requires_grad
+    plot_attention_weights(weights)
+    plot_attention_grid(weights.unsqueeze(0))
+
+    plot_query_key_products(scores.numpy())
+    plot_attention_weights(torch.softmax(scores, -1).numpy())
+
+
+# --- tokens --------------------------------------------------------------------------------------
+
+
+def test_tick_labels_show_positions_and_readable_tokens():
+    fig, ax = plot_query_key_products(causal_scores(6), "a b\n\tc")
+    expected = ["0: a", "1: ␣", "2: b", "3: ↵", "4: ⇥", "5: c"]
+    assert tick_texts(ax, "x") == expected
+    assert tick_texts(ax, "y") == expected
+    assert ax.get_xlabel() == "key (position: token)"
+    assert ax.get_ylabel() == "query (position: token)"
+
+
+def test_tokens_may_be_a_list_of_strings():
+    fig, ax = plot_attention_weights(torch.full((3, 3), 1 / 3), ["the", " cat", "$"])
+    assert tick_texts(ax, "x") == ["0: the", "1: ␣cat", r"2: \$"]
+    png_bytes(fig)  # "$" must not break the maths parser
+
+
+def test_without_tokens_ticks_are_positions():
+    fig, ax = plot_attention_weights(torch.full((3, 3), 1 / 3))
+    assert tick_texts(ax, "x") == ["0", "1", "2"]
+    assert "key" in ax.get_xlabel() and "query" in ax.get_ylabel()
+
+
+@pytest.mark.parametrize(
+    "plot, data",
+    [
+        (plot_query_key_products, causal_scores(5)),
+        (plot_attention_weights, torch.full((5, 5), 0.2)),
+        (plot_causal_mask, 5),
+        (plot_attention_grid, torch.full((2, 5, 5), 0.2)),
+    ],
+)
+def test_token_count_mismatch_is_a_clear_error(plot, data):
+    with pytest.raises(ValueError, match=r"tokens has 4 entries but the \w+ axis has 5 positions"):
+        plot(data, "abcd")
+
+
+# --- query-key products --------------------------------------------------------------------------
+
+
+def test_query_key_products_use_a_diverging_map_centred_on_zero():
+    scores = torch.tensor([[3.0, -1.0], [0.5, 0.0]])
+    fig, ax = plot_query_key_products(scores, "ab")
+    image = ax.images[0]
+    assert image.norm.vmin == -image.norm.vmax == -3.0
+    cmap = image.cmap
+    low, mid, high = cmap(0.0), cmap(0.5), cmap(1.0)
+    assert not np.allclose(low, high), "the two ends of a diverging map differ"
+    assert luminance(mid) > luminance(low) + 0.3 and luminance(mid) > luminance(high) + 0.3
+    assert ax.get_title() == "Query-key products"
+    assert "query·key" in image.colorbar.ax.get_ylabel()
+
+
+def test_masked_entries_are_drawn_grey_and_named_in_the_colorbar():
+    scores = causal_scores(4)
+    fig, ax = plot_query_key_products(scores, "abcd", title="Masked scores")
+    image = ax.images[0]
+    drawn = image.get_array()
+    np.testing.assert_array_equal(np.ma.getmaskarray(drawn), torch.isinf(scores).numpy())
+    rgba = image.to_rgba(drawn)
+    grey = to_rgba(plotting.MASKED_COLOR)
+    assert np.allclose(rgba[0, 3], grey), "a -inf entry is not drawn in the masked colour"
+    assert not np.allclose(rgba[3, 0], grey), "a finite entry is drawn in the masked colour"
+    r, g, b, _ = grey
+    assert r == g == b, "the masked colour is a neutral grey"
+    assert "grey = masked (-inf)" in image.colorbar.ax.get_ylabel()
+    assert ax.get_title() == "Masked scores"
+    assert cell_texts(ax).count("-inf") == 6
+    # the limits come from the finite entries only
+    finite_max = scores[torch.isfinite(scores)].abs().max().item()
+    assert image.norm.vmax == pytest.approx(finite_max)
+
+
+def test_no_masked_note_when_nothing_is_masked():
+    fig, ax = plot_query_key_products(torch.randn(3, 3))
+    assert "masked" not in ax.images[0].colorbar.ax.get_ylabel()
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [torch.zeros(3, 3), torch.full((3, 3), float("-inf"))],
+    ids=["all-zero", "all-masked"],
+)
+def test_degenerate_scores_get_finite_symmetric_limits(scores):
+    fig, ax = plot_query_key_products(scores)
+    norm = ax.images[0].norm
+    assert math.isfinite(norm.vmax) and norm.vmax > 0 and norm.vmin == -norm.vmax
+    png_bytes(fig)
+
+
+def test_small_matrices_are_annotated_and_large_ones_are_not():
+    scores = torch.tensor([[1.234, -0.001], [-2.5, float("-inf")]])
+    fig, ax = plot_query_key_products(scores)
+    assert sorted(cell_texts(ax)) == sorted(["1.23", "0.00", "-2.50", "-inf"])
+
+    side = math.isqrt(plotting.ANNOTATE_MAX_CELLS) + 1
+    fig, ax = plot_query_key_products(torch.randn(side, side))
+    assert cell_texts(ax) == []
+
+
+def test_annotation_colour_contrasts_with_the_cell():
+    scores = torch.tensor([[-4.0, 0.0], [4.0, 0.0]])
+    fig, ax = plot_query_key_products(scores)
+    colour = {(round(t.get_position()[1]), round(t.get_position()[0])): t for t in ax.texts}
+    assert to_rgba(colour[(0, 0)].get_color()) == to_rgba("white"), "dark cell, light text"
+    assert to_rgba(colour[(0, 1)].get_color()) == to_rgba("black"), "light cell, dark text"
+
+
+def test_query_key_products_reject_a_3d_tensor():
+    with pytest.raises(ValueError, match=r"2-D \(queries x keys\).*\(2, 3, 4\)"):
+        plot_query_key_products(torch.randn(2, 3, 4))
+
+
+# --- attention weights ---------------------------------------------------------------------------
+
+
+def test_attention_weights_use_a_fixed_sequential_scale():
+    weights = torch.softmax(causal_scores(5), dim=-1)
+    fig, ax = plot_attention_weights(weights, "hello")
+    image = ax.images[0]
+    assert image.norm.vmin == 0.0 and image.norm.vmax == 1.0
+    assert image.cmap.name == plotting.WEIGHTS_CMAP
+    # sequential: lightness increases along the map
+    lum = [luminance(image.cmap(x)) for x in np.linspace(0, 1, 5)]
+    assert lum == sorted(lum)
+    assert image.colorbar.ax.get_ylabel() == "weight (each row sums to 1)"
+    assert ax.get_title() == "Attention weights"
+    assert "1.00" in cell_texts(ax) and "0.00" in cell_texts(ax)
+    # the scale stays 0..1 even when the weights span less (here: all 1/3)
+    fig, ax = plot_attention_weights(torch.full((3, 3), 1 / 3))
+    assert (ax.images[0].norm.vmin, ax.images[0].norm.vmax) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        (torch.randn(3, 3) * 5, "softmax"),
+        (torch.tensor([[float("nan"), 1.0], [0.5, 0.5]]), "NaN"),
+        (torch.full((2, 3, 3), 0.3), "2-D"),
+    ],
+)
+def test_attention_weights_reject_bad_input(weights, message):
+    with pytest.raises(ValueError, match=message):
+        plot_attention_weights(weights)
+
+
+# --- causal mask ---------------------------------------------------------------------------------
+
+
+def test_causal_mask_from_a_length_hides_the_future():
+    fig, ax = plot_causal_mask(5, "hello")
+    image = ax.images[0]
+    drawn = np.asarray(image.get_array())
+    np.testing.assert_array_equal(drawn, np.tril(np.ones((5, 5))))
+    rgba = image.to_rgba(image.get_array())
+    visible, hidden = rgba[4, 0], rgba[0, 4]
+    assert np.allclose(visible, to_rgba(plotting.VISIBLE_COLOR))
+    assert np.allclose(hidden, to_rgba(plotting.MASKED_COLOR))
+    assert abs(luminance(visible) - luminance(hidden)) > 0.4, "weak greyscale contrast"
+    labels = tick_texts(image.colorbar.ax, "y")
+    assert "visible" in labels and "hidden (future)" in labels
+    assert tick_texts(ax, "x")[1] == "1: e"
+    assert ax.get_title() == "Causal mask"
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        torch.tril(torch.ones(4, 4, dtype=torch.bool)),
+        causal_scores(4),  # -inf = hidden
+        torch.zeros(4, 4).masked_fill(torch.triu(torch.ones(4, 4), 1) == 1, float("-inf")),
+        torch.tril(torch.ones(4, 4)),  # a float 0/1 mask
+        torch.tril(torch.ones(4, 4, dtype=torch.long)),
+    ],
+    ids=["bool", "scores", "additive", "float01", "int01"],
+)
+def test_causal_mask_accepts_bool_float_and_int_masks(mask):
+    fig, ax = plot_causal_mask(mask)
+    np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), np.tril(np.ones((4, 4))))
+
+
+def test_causal_mask_float_without_minus_inf_is_all_visible():
+    fig, ax = plot_causal_mask(torch.randn(3, 3))
+    assert np.asarray(ax.images[0].get_array()).all()
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (0, "at least 1"),
+        (torch.ones(1, 1, 4, 4, dtype=torch.bool), r"2-D.*mask\[0, 0\]"),
+        (torch.tensor([[0, 2], [1, 1]]), "only 0"),
+        (True, "bool"),
+    ],
+)
+def test_causal_mask_rejects_bad_input(bad, message):
+    with pytest.raises(ValueError, match=message):
+        plot_causal_mask(bad)
+
+
+# --- attention grid ------------------------------------------------------------------------------
+
+
+def test_grid_of_layers_by_heads():
+    weights = torch.softmax(torch.randn(2, 3, 4, 4), dim=-1)
+    fig, axes = plot_attention_grid(weights, "abcd")
+    assert axes.shape == (2, 3)
+    assert axes[1, 2].get_title() == "layer 1, head 2"
+    assert axes[0, 0].get_title() == "layer 0, head 0"
+    np.testing.assert_allclose(
+        np.asarray(axes[1, 2].images[0].get_array()), weights[1, 2].numpy(), rtol=1e-6
+    )
+    # one shared colorbar for all panels, on the weights' fixed scale
+    colorbars = {id(a.images[0].colorbar) for a in axes.flat if a.images[0].colorbar}
+    assert len(colorbars) == 1
+    assert len(fig.axes) == 6 + 1
+    assert all(a.images[0].norm.vmin == 0 and a.images[0].norm.vmax == 1 for a in axes.flat)
+    # tokens on the outer axes only
+    tokens = ["0: a", "1: b", "2: c", "3: d"]
+    assert tick_texts(axes[1, 1], "x") == tokens
+    assert tick_texts(axes[0, 0], "y") == tokens
+    assert tick_texts(axes[1, 0], "y") == tokens
+    assert not any(tick_texts(axes[0, 1], "x")) and not any(tick_texts(axes[0, 1], "y"))
+    assert fig.get_suptitle()
+
+
+def test_grid_of_heads_wraps_into_ncols_and_hides_unused_panels():
+    weights = torch.full((5, 3, 3), 1 / 3)
+    fig, axes = plot_attention_grid(weights, "xyz", ncols=2, suptitle="Layer 0")
+    assert axes.shape == (3, 2)
+    assert [a.get_title() for a in axes.flat][:5] == [f"head {h}" for h in range(5)]
+    assert not axes[2, 1].axison and not axes[2, 1].images
+    # head 3 sits above the empty panel, so it carries the key labels of its column
+    assert tick_texts(axes[1, 1], "x") == ["0: x", "1: y", "2: z"]
+    assert fig.get_suptitle() == "Layer 0"
+
+
+def test_grid_figure_size_grows_with_the_grid():
+    small, _ = plot_attention_grid(torch.full((1, 2, 4, 4), 0.25))
+    large, _ = plot_attention_grid(torch.full((3, 4, 4, 4), 0.25))
+    assert large.get_figwidth() > small.get_figwidth()
+    assert large.get_figheight() > small.get_figheight()
+
+
+def test_grid_custom_titles():
+    fig, axes = plot_attention_grid(torch.full((2, 3, 3), 1 / 3), titles=["prev", "self"])
+    assert [a.get_title() for a in axes.flat] == ["prev", "self"]
+
+
+@pytest.mark.parametrize(
+    "weights, kwargs, message",
+    [
+        (torch.full((3, 3), 1 / 3), {}, r"\(H, T, T\).*\(L, H, T, T\).*\(3, 3\)"),
+        (torch.full((2, 3, 3), 1 / 3), {"titles": ["only one"]}, "titles has 1"),
+        (torch.full((2, 2, 3, 3), 1 / 3), {"ncols": 1}, "one row per layer"),
+        (torch.full((2, 3, 3), 1 / 3), {"ncols": 0}, "ncols"),
+        (torch.full((2, 3, 3), 2.0), {}, r"\[0, 1\]"),
+    ],
+)
+def test_grid_rejects_bad_input(weights, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plot_attention_grid(weights, **kwargs)
+
+
+# --- loss curves ---------------------------------------------------------------------------------
+
+
+def loss_log() -> pd.DataFrame:
+    steps = np.arange(0, 100, 10)
+    train = 5.0 - 0.03 * steps
+    val = np.where(steps % 30 == 0, 5.2 - 0.03 * steps, np.nan)
+    return pd.DataFrame({"step": steps, "train_loss": train, "val_loss": val, "lr": 3e-4})
+
+
+def test_loss_curves_from_a_dataframe_plot_only_measured_points():
+    log = loss_log()
+    fig, ax = plot_loss_curves(log, reference={"uniform guess ln 256": math.log(256)})
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"train_loss", "val_loss", "uniform guess ln 256 (5.55)"}
+    val = lines["val_loss"]
+    np.testing.assert_array_equal(val.get_xdata(), [0, 30, 60, 90])
+    assert not np.isnan(val.get_ydata()).any()
+    assert val.get_marker() not in (None, "None", ""), "a sparse column needs markers"
+    assert len(lines["train_loss"].get_xdata()) == len(log)
+    ref = lines["uniform guess ln 256 (5.55)"]
+    assert ref.get_linestyle() == "--"
+    assert np.allclose(ref.get_ydata(), math.log(256))
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "train_loss" in legend and "val_loss" in legend
+    assert any("uniform guess ln 256" in t for t in legend)
+    assert ax.get_title() == "Loss" and ax.get_ylabel() == "cross-entropy (nats)"
+    assert ax.get_xlabel() == "step"
+
+
+def test_loss_curves_from_a_dict_of_sequences():
+    log = {"train": torch.tensor([3.0, 2.0, 1.0]), "val": [3.5, float("nan"), 2.5]}
+    fig, ax = plot_loss_curves(log, title="Training", ylabel="loss")
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    np.testing.assert_array_equal(lines["train"].get_xdata(), [0, 1, 2])
+    np.testing.assert_array_equal(lines["val"].get_xdata(), [0, 2])
+    assert ax.get_title() == "Training" and ax.get_ylabel() == "loss"
+
+
+@pytest.mark.parametrize(
+    "log, message",
+    [
+        (pd.DataFrame({"iteration": [0, 1], "loss": [2.0, 1.0]}), "'step' column"),
+        (pd.DataFrame({"step": [0, 1], "note": ["a", "b"]}), "no numeric loss column"),
+        ([2.0, 1.0], "DataFrame"),
+        ({}, "empty"),
+        ({"train": [float("nan")]}, "no measured"),
+    ],
+)
+def test_loss_curves_reject_bad_input(log, message):
+    with pytest.raises(ValueError, match=message):
+        plot_loss_curves(log)
