@@ -110,7 +110,8 @@ def main(payload, workdir: str, limits) -> None:
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
-    namespace["get_ipython"] = lambda shell=_Shell(namespace): shell
+    shell = _Shell(namespace)
+    namespace["get_ipython"] = lambda: shell
     namespace["display"] = print
 
     def write(line: dict) -> None:

@@ -221,8 +221,9 @@ def _exit_reason(code: int) -> str:
     return f"exit code {code}"
 
 
-def grade_notebook(lesson: Lesson, path: Path | None, student: str, limits: Limits = Limits()) -> NotebookResult:
+def grade_notebook(lesson: Lesson, path: Path | None, student: str, limits: Limits | None = None) -> NotebookResult:
     """Grade one student's notebook for ``lesson``; ``path`` None means not submitted."""
+    limits = limits or Limits()
 
     def uniform(status: str, note: str) -> NotebookResult:
         exercises = [

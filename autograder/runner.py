@@ -152,8 +152,9 @@ def shutdown() -> None:
         server.close()
 
 
-def run_steps(steps: list[Step], limits: Limits = Limits()) -> JobResult:
+def run_steps(steps: list[Step], limits: Limits | None = None) -> JobResult:
     """Run ``steps`` in a fresh child process under ``limits``; never raises for student faults."""
+    limits = limits or Limits()
     server = _acquire()
     try:
         with tempfile.TemporaryDirectory(prefix="tc-job-") as workdir:
