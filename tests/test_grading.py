@@ -1,0 +1,148 @@
+"""End to end: `transformer-course grade` on the demo class (every lesson), as an instructor runs it."""
+
+import hashlib
+import json
+
+import pandas as pd
+import pytest
+
+from autograder.cli import main
+from autograder.course import lessons
+from autograder.demo import MISTAKES, SPECIAL, build_demo_class
+from harness import ROOT
+
+LESSONS = {lesson.assignment: lesson for lesson in lessons(ROOT)}
+
+
+def tree_digest(folder):
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("demo")
+    submitted = build_demo_class(ROOT, tmp / "submitted")
+    before = tree_digest(submitted)
+    code = main(["grade", str(submitted), "--out", str(tmp / "out"), "--jobs", "2", "--cell-timeout", "5", "--timeout", "120"])
+    frame = pd.read_csv(tmp / "out" / "grades.csv", keep_default_na=False)
+    return {"code": code, "frame": frame, "out": tmp / "out", "before": before, "after": tree_digest(submitted)}
+
+
+def rows(frame, student, assignment=None):
+    sel = frame[frame.student_id == student]
+    return sel if assignment is None else sel[sel.assignment == assignment]
+
+
+@pytest.mark.slow
+def test_exit_code_zero_and_submissions_untouched(run):
+    assert run["code"] == 0
+    assert run["before"] == run["after"]
+
+
+@pytest.mark.slow
+def test_columns_and_one_row_per_student_assignment_exercise(run):
+    frame = run["frame"]
+    for column in ["student_id", "assignment", "exercise", "score", "max_score", "status"]:
+        assert column in frame.columns
+    students = len({*SPECIAL, *[s for m in MISTAKES.values() for s in m]})
+    per_student = sum(len(lesson.exercises) for lesson in LESSONS.values())
+    assert len(frame) >= students and frame.groupby("student_id").size().max() == per_student
+    assert set(frame.status) <= {"passed", "failed", "error", "timeout", "crashed", "missing", "invalid"}
+
+
+@pytest.mark.slow
+def test_solution_gets_full_marks_and_blank_gets_zero(run):
+    correct = rows(run["frame"], "ada-correct")
+    assert (correct.score == correct.max_score).all() and (correct.status == "passed").all()
+    blank = rows(run["frame"], "ben-blank")
+    assert (blank.score == 0).all() and (blank.status == "failed").all()
+    assert blank.message.str.contains("not answered yet").all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment,student", [(a, s) for a, m in MISTAKES.items() for s in m])
+def test_each_mistake_loses_exactly_its_exercise(run, assignment, student):
+    (exercise,) = MISTAKES[assignment][student]
+    mine = rows(run["frame"], student, assignment)
+    for r in mine.itertuples():
+        if r.exercise == exercise:
+            assert (r.score, r.status) == (0, "failed"), r.message
+        else:
+            assert r.score == r.max_score, r.message
+
+
+@pytest.mark.slow
+def test_feedback_names_the_bug(run):
+    f = run["frame"]
+    expected = {
+        "cleo-sqrt-emb-dim": "sqrt(emb_dim)",
+        "dev-inverted-mask": "inverted",
+        "eli-mask-after-softmax": "after the softmax",
+        "fay-softmax-dim": "over the queries (dim=-2)",
+        "gus-no-scaling": "forgot to scale",
+        "hana-finite-mask": "finite",
+        "ivo-in-place": "in place",
+    }
+    for student, words in expected.items():
+        failed = rows(f, student, "03-self-attention").query("status == 'failed'")
+        assert failed.message.str.contains(words, regex=False).all(), (student, list(failed.message))
+
+
+@pytest.mark.slow
+def test_broken_submissions_get_explicit_statuses_and_the_rest_is_graded(run):
+    f = run["frame"]
+    for assignment, lesson in LESSONS.items():
+        first, *rest = list(lesson.exercises)
+        loop = rows(f, "kai-infinite-loop", assignment).set_index("exercise")
+        assert loop.loc[first, "status"] == "timeout"
+        assert all(loop.loc[e, "status"] == "passed" for e in rest)
+        raises = rows(f, "lea-raises", assignment).set_index("exercise")
+        assert raises.loc[first, "status"] == "error" and "my code is broken" in raises.loc[first, "message"]
+        assert all(raises.loc[e, "status"] == "passed" for e in rest)
+    assert (rows(f, "max-not-a-notebook").status == "invalid").all()
+    assert rows(f, "max-not-a-notebook").message.str.contains("not JSON").all()
+    assert (rows(f, "noa-nothing-submitted").status == "missing").all()
+
+
+@pytest.mark.slow
+def test_reports_and_feedback_never_show_hidden_test_code(run):
+    out = run["out"]
+    for name in ["grades.csv", "totals.csv", "pass_rates.csv", "needs_attention.csv", "scores.png"]:
+        assert (out / name).exists(), name
+    html = (out / "feedback" / "cleo-sqrt-emb-dim.html").read_text()
+    assert "attention-head-hidden" in html and "sqrt(emb_dim)" in html
+    assert "BEGIN HIDDEN TESTS" not in html and "check_attention_head_hidden(" not in html
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert main(["grade", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not a folder" in err
+    notebook = tmp_path / "x.txt"
+    notebook.write_text("hi")
+    assert main(["check", str(notebook)]) == 2
+    assert "not a notebook" in capsys.readouterr().err
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text("{")
+    assert main(["check", str(bad)]) == 2
+    assert "not JSON" in capsys.readouterr().err
+    (tmp_path / "sub").mkdir()
+    assert main(["grade", str(tmp_path / "sub"), "--out", str(tmp_path / "sub" / "o")]) == 2
+    assert "inside" in capsys.readouterr().err
+
+
+def test_every_command_has_help(capsys):
+    for command in ["release", "grade", "check", "lab", "demo"]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"])
+        assert exit_info.value.code == 0
+        assert "usage: transformer-course " + command in capsys.readouterr().out
+
+
+def test_check_exits_nonzero_on_the_blank_and_zero_on_the_solution(capsys):
+    lesson = LESSONS["03-self-attention"]
+    assert main(["check", str(ROOT / "notebooks" / lesson.assignment / lesson.filename)]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] causal-mask" in out and "Hidden tests" in out and "check_causal_mask_hidden" not in out
+    assert main(["check", str(lesson.path)]) == 0
+    assert "[PASS] attention-head" in capsys.readouterr().out

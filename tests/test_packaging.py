@@ -1,0 +1,42 @@
+"""pyproject.toml and environment.yml declare the same packages with the same version ranges."""
+
+import re
+import tomllib
+
+import yaml
+
+from harness import ROOT
+
+CONDA_NAMES = {"torch": "pytorch-cpu"}  # pip name -> conda-forge name
+
+
+def split(requirement: str) -> tuple[str, str]:
+    name, spec = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", requirement).groups()
+    return name.lower(), spec.replace(" ", "")
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = dict(split(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"])
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = {}
+    for dep in env["dependencies"]:
+        if isinstance(dep, str):
+            name, spec = split(dep.replace("=", "==", 1) if re.match(r"^[\w\-]+=[^=<>]", dep) else dep)
+            conda[name] = spec
+    assert conda["python"].startswith("==3.11")
+    for name, spec in wanted.items():
+        conda_name = CONDA_NAMES.get(name, name)
+        assert conda_name in conda, f"{name} is in pyproject.toml but not in environment.yml"
+        assert conda[conda_name] == spec, f"{name}: pyproject says {spec!r}, environment.yml {conda[conda_name]!r}"
+    pip_section = next(d for d in env["dependencies"] if isinstance(d, dict))["pip"]
+    assert "-e ." in pip_section
+
+
+def test_ci_pins_torch_and_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    setup = (ROOT / "setup.sh").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "torch==2.13.0" in setup and "./setup.sh --dev" in ci
+    command = ".venv/bin/python -m pytest"
+    assert command in readme and command in ci
