@@ -28,6 +28,7 @@ import helpers.checks.core as checks_core  # noqa: E402
 from autograder import lesson_checks  # noqa: E402, F401 - every lesson's checks, loaded once
 
 IN_SANDBOX = False  # True in a grading child (set first thing in main)
+_dumps = json.dumps  # ours, before any student code could replace json.dumps
 KEEP_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg"}
 
 
@@ -101,12 +102,54 @@ def _address_space_bytes() -> int:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
+_MISSING = object()
+
+
+def _watched() -> dict[tuple[str, str], tuple[object, object]]:
+    """Objects a cheat would replace to fake a pass: (owner label, name) -> (owner, original)."""
+    owners = {
+        "torch": (torch, ["allclose", "equal", "isclose", "tensor", "Tensor", "no_grad", "Generator", "randn", "manual_seed"]),
+        "torch.Tensor": (torch.Tensor, ["tolist", "detach", "cpu", "reshape", "__eq__", "__torch_function__"]),
+        "torch.testing": (torch.testing, ["assert_close"]),
+        "builtins": (builtins, ["isinstance", "type", "len", "list", "dict", "float", "print", "__import__", "exec", "compile", "getattr"]),
+        "json": (json, ["dumps"]),
+        "helpers.checks.core": (checks_core, ["encode", "recording", "REGISTRY"]),
+        "helpers.checks.core.Check": (checks_core.Check, ["record", "__call__"]),
+    }
+    return {
+        (label, name): (owner, vars(owner).get(name, _MISSING)) for label, (owner, names) in owners.items() for name in names
+    }
+
+
+def _changed_and_restore(snapshot, registry: dict) -> list[str]:
+    """What the notebook replaced since the snapshot; puts the originals back so that the
+    grader's own code in this process keeps working."""
+    changed = []
+    for (label, name), (owner, original) in snapshot.items():
+        if vars(owner).get(name, _MISSING) is original:
+            continue
+        changed.append(f"{label}.{name}")
+        try:
+            if original is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        except (AttributeError, TypeError):
+            pass
+    current = checks_core.REGISTRY
+    for name, check in registry.items():
+        if dict.get(current, name) is not check:
+            changed.append(f"helpers.checks.core.REGISTRY[{name!r}]")
+            dict.__setitem__(current, name, check)
+    return changed
+
+
 def main(payload, workdir: str, limits) -> None:
     """Run the steps; write one JSON line per step to results.jsonl; exit without cleanup."""
     global IN_SANDBOX
     IN_SANDBOX = True
     _confine(workdir, limits)
-    results = open(os.path.join(workdir, "results.jsonl"), "w", encoding="utf-8")
+    results = open(os.path.join(workdir, "results.jsonl"), "a", encoding="utf-8")  # O_APPEND: forged lines add, never overwrite
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
@@ -116,14 +159,19 @@ def main(payload, workdir: str, limits) -> None:
 
     def write(line: dict) -> None:
         try:
-            results.write(json.dumps(line, allow_nan=True) + "\n")
+            results.write(_dumps(line, allow_nan=True) + "\n")
             results.flush()
         except Exception as exc:  # noqa: BLE001 - e.g. the output limit: say so, once
             os.write(2, f"grader: could not record a result: {exc}\n".encode())
 
+    snapshot = _watched()
+    registry = dict(checks_core.REGISTRY)
+    tampered: list[str] = []
     for kind, step_id, source in payload:
         line: dict = {"step": step_id, "kind": kind}
         records = None
+        if kind == "test":
+            namespace.update(registry)  # the course's checks, whatever the notebook bound to the names
         signal.setitimer(signal.ITIMER_REAL, limits.cell_s)
         try:
             if kind == "test":
@@ -143,8 +191,14 @@ def main(payload, workdir: str, limits) -> None:
             line["traceback"] = "".join(traceback.format_exception(exc)[-4:])[-3000:]
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        if records is not None:
-            line["records"] = list(records)
+        try:
+            tampered += [c for c in _changed_and_restore(snapshot, registry) if c not in tampered]
+            if records is not None:
+                line["records"] = list(records)
+                if tampered:
+                    line["tampered"] = tampered[:20]
+        except BaseException as exc:  # noqa: BLE001 - the notebook broke the grader's own code
+            line = {"step": step_id, "kind": kind, "status": "error", "tampered": [f"the grader's code: {_describe(exc)}"]}
         plt.close("all")
         write(line)
     write({"step": "__done__"})

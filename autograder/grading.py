@@ -10,6 +10,8 @@ timeout   a cell ran past its time limit, or the notebook past its wall-clock li
 crashed   the process died (segfault, ``os._exit``, memory limit) before the test ran
 missing   the notebook was not submitted, or the exercise's answer cell is gone
 invalid   the file is not a readable Jupyter notebook (not JSON, wrong nbformat...)
+tampered  the notebook replaced what the tests rely on (comparison functions, the checks,
+          builtins) or forged test results; no points, and the instructor should look
 ========  ==========================================================================
 
 Tests never come from the submission: the course's own test cells (visible and hidden) are run
@@ -26,11 +28,12 @@ from pathlib import Path
 from autograder import lesson_checks  # noqa: F401 - fills the registry of checks
 from autograder.course import Lesson, Test, cell_source, nbgrader_meta
 from autograder.runner import JobResult, Limits, Step, run_steps
+from autograder.sandbox import Isolation
 from helpers.checks.core import REGISTRY, CheckFailed, decode
 
-STATUSES = ("passed", "failed", "error", "timeout", "crashed", "missing", "invalid")
+STATUSES = ("passed", "failed", "error", "timeout", "crashed", "missing", "invalid", "tampered")
 # when tests of one exercise disagree, the exercise shows the most serious status
-SEVERITY = {s: i for i, s in enumerate(("passed", "failed", "error", "timeout", "crashed", "missing", "invalid"))}
+SEVERITY = {s: i for i, s in enumerate(STATUSES)}
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
 
 
@@ -102,10 +105,12 @@ def read_notebook(path: Path) -> dict:
         raise InvalidNotebook("the file is not text (not UTF-8)") from None
     except ValueError as exc:
         raise InvalidNotebook(f"the file is not JSON ({exc})") from None
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-        raise InvalidNotebook("the file is JSON but not a Jupyter notebook (no list of cells)")
+    if not isinstance(nb, dict):
+        raise InvalidNotebook("the file is JSON but not a Jupyter notebook")
     if nb.get("nbformat") != 4:
         raise InvalidNotebook(f"notebook format {nb.get('nbformat')!r} is not supported; save it with Jupyter (format 4)")
+    if not isinstance(nb.get("cells"), list):
+        raise InvalidNotebook("the file is JSON but not a Jupyter notebook (no list of cells)")
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
             raise InvalidNotebook(f"cell {i} is malformed")
@@ -118,45 +123,42 @@ def build_program(lesson: Lesson, submission: dict) -> tuple[list[Step], set[str
     """The steps to run: the submission's code cells in their order, with the course's tests in
     place of the student's test cells. Returns the steps and the exercises whose answers exist.
 
-    Answers are found by their nbgrader ``grade_id``, whatever the cell's type or position;
-    a student's extra cells run too (helpers they wrote). Test cells the student deleted run
-    right after the last cell of their exercise's answer.
+    Answers are found by their nbgrader ``grade_id``, whatever the cell's type or position; a
+    student's extra cells run too (helpers they wrote). A test runs where its cell is, or after
+    the last cell of its exercise's answer if the student moved that below it (or deleted the test).
     """
     tests = {t.grade_id: t for t in lesson.tests()}
     answer_ids = set(lesson.exercises)
-    steps: list[Step] = []
-    placed: set[str] = set()
-    found: set[str] = set()
-    last_answer_index: dict[str, int] = {}
+    code: list[Step] = []
+    test_after: dict[str, int] = {}  # test id -> number of code steps that precede it
+    last_answer: dict[str, int] = {}
     for n, cell in enumerate(submission["cells"]):
         gid = nbgrader_meta(cell).get("grade_id")
         if gid in tests:
-            if gid not in placed:
-                steps.append(Step("test", gid, tests[gid].source))
-                placed.add(gid)
+            test_after.setdefault(gid, len(code))
             continue
+        if gid not in answer_ids and cell.get("cell_type") != "code":
+            continue
+        code.append(Step("code", gid or f"cell-{n}", cell_source(cell)))
         if gid in answer_ids:
-            found.add(gid)
-        elif cell.get("cell_type") != "code":
-            continue
-        steps.append(Step("code", gid or f"cell-{n}", cell_source(cell)))
-        if gid in answer_ids:
-            last_answer_index[gid] = len(steps)
-    for gid, test in tests.items():
-        if gid in placed:
-            continue
+            last_answer[gid] = len(code)
+    found = set(last_answer)
+    placed = []
+    for order, (gid, test) in enumerate(tests.items()):
         owner = lesson.exercise_of(gid).grade_id
-        at = last_answer_index.get(owner)
-        step = Step("test", gid, test.source)
-        if at is None:
-            steps.append(step)
-        else:
-            steps.insert(at, step)
-            for key, value in last_answer_index.items():
-                if value >= at:
-                    last_answer_index[key] = value + 1
-            last_answer_index[owner] = at + 1
-        placed.add(gid)
+        at = max(test_after.get(gid, 0), last_answer.get(owner, 0))
+        if gid not in test_after and owner not in last_answer:
+            at = len(code)
+        placed.append((at, order, Step("test", gid, test.source)))
+    steps: list[Step] = []
+    placed.sort(key=lambda item: (item[0], item[1]))
+    i = 0
+    for index in range(len(code) + 1):
+        while i < len(placed) and placed[i][0] == index:
+            steps.append(placed[i][2])
+            i += 1
+        if index < len(code):
+            steps.append(code[index])
     return steps, found
 
 
@@ -170,6 +172,8 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
         return TestResult(test.grade_id, test.hidden, status, points, test.points, message)
 
     line = job.step(test.grade_id)
+    if job.count(test.grade_id) > 1:
+        return result("tampered", "the results of this test were written more than once: forged by the notebook")
     if answer_line and answer_line.get("status") == "timeout":
         return result("timeout", "your answer cell ran past the time limit (an infinite loop?)")
     if line is None:
@@ -177,9 +181,13 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
             return result("timeout", "the notebook ran past its time limit before this test")
         if job.exitcode not in (0, None):
             return result("crashed", f"the notebook's process died ({_exit_reason(job.exitcode)}) before this test")
+        if job.step("__done__") is not None:
+            return result("tampered", "the results of this test were removed by the notebook")
         return result("crashed", "the notebook stopped before this test ran")
     if line.get("status") == "timeout":
         return result("timeout", "the test ran past the time limit (an infinite loop in your code?)")
+    if line.get("tampered"):
+        return result("tampered", "the notebook replaced what the tests rely on: " + ", ".join(map(str, line["tampered"]))[:500])
     records = line.get("records")
     if not isinstance(records, list):
         records = []
@@ -192,7 +200,11 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
             return result("failed", "not answered yet (the cell still raises NotImplementedError)")
         return result("error", f"the test could not run: {cause}")
     if names != test.checks:
-        return result("error", f"the test's checks did not all run (expected {test.checks}, got {names})")
+        return result(
+            "tampered",
+            f"the test's checks did not run as written (expected {test.checks}, got {names}): "
+            "the notebook replaced them",
+        )
     for record in records:
         if "error" in record:
             if record.get("not_implemented"):
@@ -205,8 +217,8 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
             REGISTRY[record["check"]].judge(data)
         except CheckFailed as exc:
             return result("failed", str(exc))
-        except Exception as exc:  # noqa: BLE001 - malformed data from the child
-            return result("error", f"the data your code produced could not be checked ({type(exc).__name__}: {exc})")
+        except Exception as exc:  # noqa: BLE001 - malformed data: not what a probe writes
+            return result("tampered", f"the test's data was not what the check produces ({type(exc).__name__}: {exc})")
     if line.get("status") == "error":
         return result("error", f"the test raised {line.get('error')}")
     return result("passed", "passed")
@@ -221,7 +233,9 @@ def _exit_reason(code: int) -> str:
     return f"exit code {code}"
 
 
-def grade_notebook(lesson: Lesson, path: Path | None, student: str, limits: Limits | None = None) -> NotebookResult:
+def grade_notebook(
+    lesson: Lesson, path: Path | None, student: str, limits: Limits | None = None, isolation: Isolation | None = None
+) -> NotebookResult:
     """Grade one student's notebook for ``lesson``; ``path`` None means not submitted."""
     limits = limits or Limits()
 
@@ -238,7 +252,7 @@ def grade_notebook(lesson: Lesson, path: Path | None, student: str, limits: Limi
     except InvalidNotebook as exc:
         return uniform("invalid", f"{path.name}: {exc}")
     steps, found = build_program(lesson, submission)
-    job = run_steps(steps, limits)
+    job = run_steps(steps, limits, isolation)
     exercises = []
     for exercise in lesson.exercises.values():
         if exercise.grade_id not in found:

@@ -10,7 +10,7 @@ import pandas as pd
 from autograder.grading import STATUSES, NotebookResult
 
 COLUMNS = ["student_id", "assignment", "notebook", "exercise", "score", "max_score", "status", "message"]
-NEEDS_EYES = ("crashed", "timeout", "invalid")
+NEEDS_EYES = ("crashed", "timeout", "invalid", "tampered")
 
 
 def gradebook(results: list[NotebookResult]) -> pd.DataFrame:
@@ -96,7 +96,7 @@ STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; color: #222; }
 table { border-collapse: collapse; width: 100%; margin-bottom: 1.5rem; }
 th, td { border: 1px solid #ccc; padding: .4rem .6rem; text-align: left; vertical-align: top; }
-.passed { color: #1a6d1a; } .failed, .error { color: #a3000b; } .timeout, .crashed, .missing, .invalid { color: #8a4b00; }
+.passed { color: #1a6d1a; } .failed, .error { color: #a3000b; } .timeout, .crashed, .missing, .invalid, .tampered { color: #8a4b00; }
 td.msg { white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: .85rem; }
 """
 

@@ -25,6 +25,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from autograder.sandbox import JOB_BASE, Isolation, env_for_server
 
 RESULTS = "results.jsonl"
 OUTPUT = "output.txt"
@@ -66,6 +69,9 @@ class JobResult:
     wall_s: float = 0.0
     output_tail: str = ""
 
+    def count(self, step_id: str) -> int:
+        return sum(1 for line in self.lines if isinstance(line, dict) and line.get("step") == step_id)
+
     def step(self, step_id: str) -> dict | None:
         for line in self.lines:
             if isinstance(line, dict) and line.get("step") == step_id:
@@ -76,26 +82,29 @@ class JobResult:
 class ForkServer:
     """A process that imports torch and the checks once, then forks one child per job.
 
-    Protocol on its stdin/stdout, one JSON line each: the parent sends a job, the server answers
-    ``{"pid": ...}`` once the child runs and ``{"exit": code}`` when it has ended.
+    Protocol on its stdin/stdout, one JSON line each: the parent sends a job; the server answers
+    ``{"exit": code, "timed_out": bool}`` once the child has ended or been killed for time. The
+    server does the killing itself: inside a sandbox its process ids are not the grader's.
     """
 
-    def __init__(self):
-        env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+    def __init__(self, isolation: Isolation):
+        self.isolation = isolation
+        self.job_base = tempfile.mkdtemp(prefix="server-", dir=isolation.base)
+        prefix = [part.replace(JOB_BASE, self.job_base) for part in isolation.prefix]
+        command = [*prefix, sys.executable, "-m", "autograder.forkserver"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "autograder.forkserver"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env_for_server(), start_new_session=True,
         )
-        ready = self._read(timeout=120)
+        ready = self._read(timeout=180)
         if ready != {"ready": True}:
-            raise RuntimeError("the grading fork server did not start")
+            self.close()
+            raise RuntimeError(f"the grading fork server did not start ({' '.join(command[:3])} ...)")
 
-    def _read(self, timeout: float | None) -> dict | None:
+    def _read(self, timeout: float) -> dict | None:
         out = self.process.stdout
-        if timeout is not None:
-            ready, _, _ = select.select([out], [], [], max(0.0, timeout))
-            if not ready:
-                return None
+        ready, _, _ = select.select([out], [], [], max(0.0, timeout))
+        if not ready:
+            return None
         line = out.readline()
         if not line:
             raise RuntimeError("the grading fork server stopped")
@@ -106,33 +115,47 @@ class ForkServer:
         request = {"payload": payload, "workdir": workdir, "limits": asdict(limits)}
         self.process.stdin.write((json.dumps(request) + "\n").encode())
         self.process.stdin.flush()
-        pid = self._read(timeout=60)["pid"]
-        answer = self._read(timeout=limits.wall_s)
-        timed_out = answer is None
-        _kill_group(pid)  # also ends anything the job left running in its process group
-        if timed_out:
-            answer = self._read(timeout=30)
-        return (None if timed_out else answer["exit"]), timed_out
+        answer = self._read(timeout=limits.wall_s + 60)
+        if answer is None:  # the server itself is stuck: end it and everything under it
+            self.close(force=True)
+            return None, True
+        return (None if answer["timed_out"] else answer["exit"]), bool(answer["timed_out"])
 
-    def close(self) -> None:
-        if self.process.poll() is None:
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self, force: bool = False) -> None:
+        self._stop(force)
+        shutil.rmtree(self.job_base, ignore_errors=True)
+
+    def _stop(self, force: bool) -> None:
+        if self.process.poll() is None and not force:
             self.process.stdin.close()
             try:
                 self.process.wait(5)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                force = True
+        if force and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.process.wait(10)
 
 
-_idle: list[ForkServer] = []
+_idle: dict[str, list[ForkServer]] = {}
 _all: list[ForkServer] = []
 _lock = threading.Lock()
 
 
-def _acquire() -> ForkServer:
+def _acquire(isolation: Isolation) -> ForkServer:
     with _lock:
-        if _idle:
-            return _idle.pop()
-    server = ForkServer()
+        pool = _idle.setdefault(isolation.key, [])
+        while pool:
+            server = pool.pop()
+            if server.alive():
+                return server
+    server = ForkServer(isolation)
     with _lock:
         _all.append(server)
     return server
@@ -140,24 +163,43 @@ def _acquire() -> ForkServer:
 
 def _release(server: ForkServer) -> None:
     with _lock:
-        _idle.append(server)
+        if server.alive():
+            _idle.setdefault(server.isolation.key, []).append(server)
 
 
 @atexit.register
 def shutdown() -> None:
     """Stop every fork server (called at exit; safe to call twice)."""
     with _lock:
-        servers, _all[:], _idle[:] = list(_all), [], []
+        servers = list(_all)
+        _all.clear()
+        _idle.clear()
     for server in servers:
         server.close()
 
 
-def run_steps(steps: list[Step], limits: Limits | None = None) -> JobResult:
+def shutdown_servers(key: str) -> None:
+    """Stop the fork servers of one isolation (their job folders go with them)."""
+    with _lock:
+        servers = [s for s in _all if s.isolation.key == key]
+        for server in servers:
+            _all.remove(server)
+        _idle.pop(key, None)
+    for server in servers:
+        server.close()
+
+
+def default_isolation() -> Isolation:
+    return Isolation("none", (), tempfile.gettempdir())
+
+
+def run_steps(steps: list[Step], limits: Limits | None = None, isolation: Isolation | None = None) -> JobResult:
     """Run ``steps`` in a fresh child process under ``limits``; never raises for student faults."""
     limits = limits or Limits()
-    server = _acquire()
+    isolation = isolation or default_isolation()
+    server = _acquire(isolation)
     try:
-        with tempfile.TemporaryDirectory(prefix="tc-job-") as workdir:
+        with tempfile.TemporaryDirectory(prefix="job-", dir=server.job_base) as workdir:
             os.chmod(workdir, 0o700)
             payload = [(s.kind, s.id, s.source) for s in steps]
             start = time.monotonic()
@@ -167,22 +209,10 @@ def run_steps(steps: list[Step], limits: Limits | None = None) -> JobResult:
             result.lines = _read_lines(Path(workdir) / RESULTS)
             result.output_tail = _tail(Path(workdir) / OUTPUT)
     except BaseException:
-        server.close()
-        with _lock:
-            if server in _all:
-                _all.remove(server)
+        server.close(force=True)
         raise
     _release(server)
     return result
-
-
-def _kill_group(pid: int | None) -> None:
-    if pid is None:
-        return
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _read_lines(path: Path) -> list[dict]:

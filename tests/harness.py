@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autograder.cli import grade_class
+from autograder.batch import grade_class
 from autograder.course import RELEASE, cell_source, load_lesson, nbgrader_meta
 from autograder.demo import _answer, _with_answers
 from autograder.runner import Limits

@@ -1,0 +1,138 @@
+"""Filesystem, network and process isolation for grading, with bubblewrap where it works.
+
+With ``bwrap`` the fork server (and so every student's notebook) runs in a view of the machine
+where everything is read-only, the course checkout shows only the installed code (``helpers/``,
+``autograder/`` and a virtual environment inside it), the reference modules of the lesson being
+graded and of later lessons are empty files, the instructor's home, ``/tmp``, the submissions and
+the output folder are empty, there is no network, and process ids of the grader are not visible.
+Without it (``--sandbox none``, or where bubblewrap is missing), the child still gets resource
+limits, a scrubbed environment and an empty working directory, but can read any file the grader
+can read. README's "threat model" section says the same for instructors.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+JOB_BASE = "{JOB_BASE}"  # in ``Isolation.prefix``: replaced by each fork server's own job folder
+
+HIDDEN_STUB = '''"""A reference module of the course, hidden while a notebook is graded."""
+
+
+class _Hidden:
+    def __init__(self, name):
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"helpers.reference: {self._name} is hidden while this lesson is graded")
+
+    def __getattr__(self, attr):
+        raise RuntimeError(f"helpers.reference: {self._name} is hidden while this lesson is graded")
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return _Hidden(name)
+'''
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How a fork server is started: ``key`` groups jobs that can share one server."""
+
+    key: str
+    prefix: tuple[str, ...]  # wraps ``python -m autograder.forkserver``; may contain JOB_BASE
+    base: str  # each server makes its own job folder in here
+
+
+@functools.lru_cache(maxsize=None)
+def bwrap_works() -> bool:
+    """Whether bubblewrap is installed and allowed to make namespaces here."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return False
+    try:
+        done = subprocess.run(
+            [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-net", "true"],
+            capture_output=True, timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def resolve_mode(mode: str) -> str:
+    """``auto`` becomes ``bwrap`` where it works, else ``none``; ``bwrap`` must work."""
+    if mode == "auto":
+        return "bwrap" if bwrap_works() else "none"
+    if mode == "bwrap" and not bwrap_works():
+        raise RuntimeError("--sandbox bwrap: bubblewrap (bwrap) is not installed or cannot create namespaces here")
+    if mode not in ("bwrap", "none"):
+        raise ValueError(f"unknown sandbox mode {mode!r}")
+    return mode
+
+
+def reference_files(modules: list[str]) -> list[Path]:
+    """The source files of ``helpers.reference.<module>`` for each module that exists."""
+    files = []
+    for module in modules:
+        spec = importlib.util.find_spec(f"helpers.reference.{module}")
+        if spec is not None and spec.origin:
+            files.append(Path(spec.origin))
+    return files
+
+
+def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], private: list[Path]) -> Isolation:
+    """The isolation for grading one lesson.
+
+    ``hidden_modules``: reference modules replaced by a stub (the lesson's own and later ones):
+    importing them works, using anything in them raises;
+    ``private``: more folders the student must not see (submissions, output folder).
+    ``base`` holds the fork servers' job folders; each server sees only its own.
+    """
+    if mode == "none":
+        return Isolation("none", (), str(base))
+    stub = base / "hidden_reference.py"
+    if not stub.exists():
+        stub.write_text(HIDDEN_STUB, encoding="utf-8")
+    root = root.resolve()
+    args: list[str] = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    hide = {Path("/tmp"), Path.home().resolve(), root, *[p.resolve() for p in private]}
+    for folder in sorted(hide, key=lambda p: len(p.parts)):
+        if folder.exists():
+            args += ["--tmpfs", str(folder)]
+    # put back what the grading code needs: the installed packages and Python itself
+    keep = {root / "helpers", root / "autograder", Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    for path in sys.path:
+        if path and Path(path).is_dir():
+            keep.add(Path(path).resolve())
+    exposing = {root, *root.parents, *[h for h in hide], *[a for h in hide for a in h.parents]}
+    for folder in sorted(keep - exposing, key=lambda p: len(p.parts)):
+        if folder.exists() and any(folder == h or h in folder.parents for h in hide):
+            args += ["--ro-bind", str(folder), str(folder)]
+    for source in reference_files(hidden_modules):
+        args += ["--ro-bind", str(stub), str(source)]
+        cache = source.parent / "__pycache__"
+        if cache.is_dir():
+            args += ["--tmpfs", str(cache)]
+    args += ["--bind", JOB_BASE, JOB_BASE]
+    args += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+    args += ["--chdir", JOB_BASE, "--setenv", "HOME", JOB_BASE]
+    key = "bwrap:" + ",".join(sorted(hidden_modules))
+    return Isolation(key, tuple(args), str(base))
+
+
+def env_for_server() -> dict[str, str]:
+    """The fork server's environment: the grader's own, minus secrets it has no use for."""
+    keep = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TRANSFORMER_COURSE_ROOT")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(MPLBACKEND="Agg", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    return env
