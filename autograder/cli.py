@@ -8,11 +8,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from autograder.course import RELEASE, CourseError, find_course_root, lessons
+from autograder.batch import grade_class
+from autograder.book import add_parser as add_book_parser
+from autograder.course import RELEASE, CourseError, find_course_root
 
 DESCRIPTION = """\
 Tools for the Transformer course.
@@ -47,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cell-timeout", type=float, default=60.0, help="seconds one cell may run (default 60)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one notebook may run (default 600)")
     p.add_argument("--memory-mb", type=int, default=3072, help="memory one notebook may add, MiB (default 3072)")
+    p.add_argument(
+        "--sandbox", choices=["auto", "bwrap", "none"], default="auto",
+        help="isolation of student code: bwrap (bubblewrap), none (limits only), auto (bwrap where it works)",
+    )
+    p.add_argument("--fresh", action="store_true", help="grade everything again, ignoring results kept from an earlier run")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("check", help="run a notebook's visible tests and explain what fails")
@@ -63,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="keep the submissions and reports here (default: a temporary folder)")
     p.add_argument("--jobs", type=int, default=2, help="notebooks graded at once (default 2)")
     p.set_defaults(func=cmd_demo)
+    add_book_parser(sub)
 
     args = parser.parse_args(argv)
     if args.command is None:
@@ -70,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
-    except (UsageError, CourseError) as exc:
+    except (UsageError, CourseError, RuntimeError) as exc:
         print(f"transformer-course {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -130,48 +136,15 @@ def cmd_grade(args) -> int:
     if out == submitted.resolve() or submitted.resolve() in out.parents:
         raise UsageError("--out must not be inside the submissions folder (it is never written to)")
     limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, memory_mb=args.memory_mb)
-    frame = grade_class(find_course_root(), submitted, out, jobs=args.jobs, limits=limits, only=args.assignment)
+    frame = grade_class(
+        find_course_root(), submitted, out, jobs=args.jobs, limits=limits, only=args.assignment,
+        sandbox=args.sandbox, resume=not args.fresh,
+    )
     from autograder.reports import summary
 
     print(summary(frame))
     print(f"\nwrote {out / 'grades.csv'}, feedback/ and reports in {out}")
     return 0
-
-
-def grade_class(root: Path, submitted: Path, out: Path, *, jobs: int = 1, limits=None, only=None, progress=True):
-    """Grade every student × lesson; write the reports; return the long gradebook."""
-    from autograder.grading import grade_notebook, locate
-    from autograder.reports import write_reports
-    from autograder.runner import Limits
-
-    limits = limits or Limits()
-    course = [lesson for lesson in lessons(root) if not only or lesson.assignment in only]
-    if only and len(course) != len(set(only)):
-        known = ", ".join(lesson.assignment for lesson in lessons(root))
-        raise UsageError(f"unknown assignment in {only}; the course has {known}")
-    students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not students:
-        raise UsageError(f"{submitted} has no student folders (<student>/<assignment>/<notebook>.ipynb)")
-    work = [(s, lesson) for s in students for lesson in course]
-    results, start = [], time.monotonic()
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {
-            pool.submit(grade_notebook, lesson, locate(submitted, s, lesson), s, limits): (s, lesson)
-            for s, lesson in work
-        }
-        for done, future in enumerate(as_completed(futures), start=1):
-            result = future.result()
-            results.append(result)
-            if progress:
-                elapsed = time.monotonic() - start
-                eta = elapsed / done * (len(work) - done)
-                statuses = ",".join(sorted({e.status for e in result.exercises}))
-                print(
-                    f"[{done}/{len(work)}] {result.student} {result.assignment}: "
-                    f"{result.score:g}/{result.max_score:g} ({statuses}) ETA {eta:.0f}s",
-                    file=sys.stderr,
-                )
-    return write_reports(results, out)
 
 
 def cmd_check(args) -> int:
