@@ -75,6 +75,7 @@ def grade_class(
     sandbox: str = "auto",
     resume: bool = True,
     progress: bool = True,
+    gradebook: str | None = None,
 ):
     """Grade every student × lesson; write the reports into ``out``; return the long gradebook.
 
@@ -138,4 +139,11 @@ def grade_class(
         for iso in isolations.values():
             shutdown_servers(iso.key)
         shutil.rmtree(job_base, ignore_errors=True)
-    return write_reports(results, out)
+    frame = write_reports(results, out)
+    if gradebook:
+        from autograder.gradebook import write_gradebook
+
+        count = write_gradebook(gradebook, root, results)
+        if progress:
+            print(f"wrote {count} submissions into the nbgrader gradebook {gradebook}", file=sys.stderr)
+    return frame

@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         help="isolation of student code: bwrap (bubblewrap), none (limits only), auto (bwrap where it works)",
     )
     p.add_argument("--fresh", action="store_true", help="grade everything again, ignoring results kept from an earlier run")
+    p.add_argument(
+        "--gradebook", metavar="DB_URL",
+        help="also write the scores into this nbgrader gradebook (e.g. sqlite:///gradebook.db) for formgrader and `nbgrader export`",
+    )
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("check", help="run a notebook's visible tests and explain what fails")
@@ -138,7 +142,7 @@ def cmd_grade(args) -> int:
     limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, memory_mb=args.memory_mb)
     frame = grade_class(
         find_course_root(), submitted, out, jobs=args.jobs, limits=limits, only=args.assignment,
-        sandbox=args.sandbox, resume=not args.fresh,
+        sandbox=args.sandbox, resume=not args.fresh, gradebook=args.gradebook,
     )
     from autograder.reports import summary
 

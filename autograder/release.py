@@ -81,16 +81,19 @@ def tool_env() -> dict[str, str]:
     return env
 
 
-def generate_release(root: Path, out_dir: Path) -> None:
-    """Run nbgrader's generate_assignment for every lesson, writing releases into ``out_dir``."""
+def generate_release(root: Path, out_dir: Path, db_url: str | None = None, only: list[str] | None = None) -> None:
+    """Run nbgrader's generate_assignment for every lesson, writing releases into ``out_dir``
+    and the assignments' cells into the gradebook ``db_url`` (a throw-away one by default)."""
     with tempfile.TemporaryDirectory() as tmp:
         for lesson in lessons(root):
+            if only is not None and lesson.assignment not in only:
+                continue
             cmd = [
                 sys.executable, "-m", "nbgrader", "generate_assignment", lesson.assignment,
                 "--force", "--log-level=WARN",
                 f"--CourseDirectory.root={root}",
                 f"--CourseDirectory.release_directory={out_dir}",
-                f"--CourseDirectory.db_url=sqlite:///{Path(tmp) / 'gradebook.db'}",
+                f"--CourseDirectory.db_url={db_url or 'sqlite:///' + str(Path(tmp) / 'gradebook.db')}",
             ]
             done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=tool_env())
             if done.returncode != 0:

@@ -56,6 +56,11 @@ def write_reports(results: list[NotebookResult], out: Path) -> pd.DataFrame:
     frame.to_csv(out / "grades.csv", index=False)
     if not frame.empty:
         totals(frame).to_csv(out / "totals.csv")
+        for assignment, part in frame.groupby("assignment"):
+            wide = part.pivot_table(index="student_id", columns="exercise", values="score", aggfunc="sum")
+            wide["total"] = wide.sum(axis=1)
+            wide.columns.name = None
+            wide.to_csv(out / f"wide_{assignment}.csv")
         pass_rates(frame).to_csv(out / "pass_rates.csv")
         _histogram(frame, out / "scores.png")
     eyes = frame[frame["status"].isin(NEEDS_EYES)]

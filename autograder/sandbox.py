@@ -118,6 +118,9 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
     for folder in sorted(keep - exposing, key=lambda p: len(p.parts)):
         if folder.exists() and any(folder == h or h in folder.parents for h in hide):
             args += ["--ro-bind", str(folder), str(folder)]
+    data = data_file()
+    if data is not None and any(h == data.parent or h in data.parents for h in hide):
+        args += ["--ro-bind", str(data), str(data)]
     for source in reference_files(hidden_modules):
         args += ["--ro-bind", str(stub), str(source)]
         cache = source.parent / "__pycache__"
@@ -130,9 +133,22 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
     return Isolation(key, tuple(args), str(base))
 
 
+def data_file() -> Path | None:
+    """Tiny Shakespeare, if the grader has a copy (lessons that train need it); never downloads."""
+    from helpers.data import DataUnavailableError, tiny_shakespeare_path
+
+    try:
+        return tiny_shakespeare_path(download=False, progress=False).resolve()
+    except DataUnavailableError:
+        return None
+
+
 def env_for_server() -> dict[str, str]:
     """The fork server's environment: the grader's own, minus secrets it has no use for."""
     keep = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TRANSFORMER_COURSE_ROOT")
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(MPLBACKEND="Agg", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    data = data_file()
+    if data is not None:
+        env["TRANSFORMER_COURSE_DATA"] = str(data)
     return env

@@ -146,3 +146,55 @@ def test_check_exits_nonzero_on_the_blank_and_zero_on_the_solution(capsys):
     assert "[FAIL] causal-mask" in out and "Hidden tests" in out and "check_causal_mask_hidden" not in out
     assert main(["check", str(lesson.path)]) == 0
     assert "[PASS] attention-head" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_resumes_and_a_changed_submission_is_regraded(tmp_path):
+    from autograder.batch import CACHE, grade_class
+    from autograder.runner import Limits
+
+    submitted = build_demo_class(ROOT, tmp_path / "submitted")
+    out = tmp_path / "out"
+    only = ["03-self-attention"]
+    limits = Limits(wall_s=60, cell_s=3)
+    first = grade_class(ROOT, submitted, out, jobs=2, only=only, limits=limits, progress=False)
+    cached = sorted((out / CACHE).glob("*.json"))
+    assert len(cached) == first.student_id.nunique()
+    cached[0].unlink()  # as if the run had stopped before this notebook
+    # the blank student hands in the solution: only that notebook changes
+    solution = json.loads((submitted / "ada-correct" / only[0] / "03-self-attention.ipynb").read_text())
+    (submitted / "ben-blank" / only[0] / "03-self-attention.ipynb").write_text(json.dumps(solution))
+    second = grade_class(ROOT, submitted, out, jobs=2, only=only, limits=limits, progress=False)
+    ben = second[second.student_id == "ben-blank"]
+    assert (ben.status == "passed").all()
+    rest = second[second.student_id != "ben-blank"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(rest, first[first.student_id != "ben-blank"].reset_index(drop=True))
+    assert (out / "wide_03-self-attention.csv").exists()
+
+
+@pytest.mark.slow
+def test_scores_reach_nbgraders_gradebook_and_export(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from autograder.batch import grade_class
+    from autograder.runner import Limits
+
+    submitted = build_demo_class(ROOT, tmp_path / "submitted")
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    only = ["03-self-attention"]
+    limits = Limits(wall_s=60, cell_s=3)
+    frame = grade_class(ROOT, submitted, tmp_path / "out", jobs=2, only=only, limits=limits, progress=False, gradebook=db)
+    # a regrade replaces the earlier records instead of adding to them
+    grade_class(ROOT, submitted, tmp_path / "out", jobs=2, only=only, limits=limits, progress=False, gradebook=db)
+    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+    subprocess.run(
+        [sys.executable, "-m", "nbgrader", "export", f"--CourseDirectory.db_url={db}", f"--CourseDirectory.root={tmp_path}"],
+        cwd=tmp_path, check=True, capture_output=True, env=env,
+    )
+    exported = pd.read_csv(tmp_path / "grades.csv").set_index("student_id")["score"]
+    ours = frame.groupby("student_id")["score"].sum()
+    assert len(exported) == len(ours)
+    for student, score in ours.items():
+        assert exported[student] == score, student
