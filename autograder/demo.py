@@ -95,6 +95,9 @@ def build_demo_class(root: Path, out: Path) -> Path:
                 students[student] = "this is not a notebook\n"
             else:
                 students[student] = None
+        for mistakes in MISTAKES.values():  # who makes a mistake elsewhere gets this lesson right
+            for student in mistakes:
+                students[student] = _with_answers(release_nb, full)
         for student, edits in MISTAKES.get(lesson.assignment, {}).items():
             answers = {**full, **{gid: _answer(solution[gid], e) for gid, e in edits.items()}}
             students[student] = _with_answers(release_nb, answers)
