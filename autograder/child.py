@@ -111,7 +111,9 @@ _MISSING = object()
 def _watched() -> dict[tuple[str, str], tuple[object, object]]:
     """Objects a cheat would replace to fake a pass: (owner label, name) -> (owner, original)."""
     owners = {
-        "torch": (torch, ["allclose", "equal", "isclose", "tensor", "Tensor", "no_grad", "Generator", "randn", "manual_seed"]),
+        # (not functions that torch itself rewraps on a lazy import, such as manual_seed when
+        # torch._dynamo loads: the grader regenerates every input itself anyway)
+        "torch": (torch, ["allclose", "equal", "isclose", "tensor", "Tensor"]),
         "torch.Tensor": (torch.Tensor, ["tolist", "detach", "cpu", "reshape", "__eq__", "__torch_function__"]),
         "torch.testing": (torch.testing, ["assert_close"]),
         "builtins": (builtins, ["isinstance", "type", "len", "list", "dict", "float", "print", "__import__", "exec", "compile", "getattr"]),

@@ -79,15 +79,17 @@ class Check:
         if _records is not None:
             _records.append(self.record(student_object))
             return None
-        data = decode(encode(self.probe(student_object)))
-        summary = self.judge(data)
+        with torch.random.fork_rng():  # a check never moves the notebook's random numbers
+            data = decode(encode(self.probe(student_object)))
+            summary = self.judge(data)
         print(f"\N{CHECK MARK} {summary}")
         return None
 
     def record(self, student_object: Any) -> dict:
         """Run the probe and return JSON-ready data, or the error the student's code raised."""
         try:
-            return {"check": self.name, "data": encode(self.probe(student_object))}
+            with torch.random.fork_rng():
+                return {"check": self.name, "data": encode(self.probe(student_object))}
         except CheckFailed as exc:  # the probe itself found the object unusable (wrong type...)
             return {"check": self.name, "failed": str(exc)}
         except Exception as exc:  # noqa: BLE001 - any error of the student's code is data here
