@@ -10,7 +10,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder.batch import grade_class
 from autograder.book import add_parser as add_book_parser
 from autograder.course import RELEASE, CourseError, find_course_root
 
@@ -140,6 +139,8 @@ def cmd_grade(args) -> int:
     if out == submitted.resolve() or submitted.resolve() in out.parents:
         raise UsageError("--out must not be inside the submissions folder (it is never written to)")
     limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, memory_mb=args.memory_mb)
+    from autograder.batch import grade_class
+
     frame = grade_class(
         find_course_root(), submitted, out, jobs=args.jobs, limits=limits, only=args.assignment,
         sandbox=args.sandbox, resume=not args.fresh, gradebook=args.gradebook,
@@ -177,6 +178,7 @@ def cmd_lab(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from autograder.batch import grade_class
     from autograder.demo import build_demo_class
     from autograder.reports import summary
     from autograder.runner import Limits

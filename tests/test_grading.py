@@ -5,11 +5,11 @@ import json
 
 import pandas as pd
 import pytest
+from harness import ROOT
 
 from autograder.cli import main
 from autograder.course import lessons
 from autograder.demo import MISTAKES, SPECIAL, build_demo_class
-from harness import ROOT
 
 LESSONS = {lesson.assignment: lesson for lesson in lessons(ROOT)}
 

@@ -1,10 +1,9 @@
 """pyproject.toml and environment.yml declare the same packages with the same version ranges."""
 
 import re
+
 import tomllib
-
 import yaml
-
 from harness import ROOT
 
 CONDA_NAMES = {"torch": "pytorch-cpu"}  # pip name -> conda-forge name
