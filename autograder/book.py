@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -90,14 +91,19 @@ nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_execution_in_temp = False  # run in the lesson's folder, so relative paths work
 nb_merge_streams = True
+# no widget JavaScript from a CDN: the book works offline, and a static page cannot drive a live
+# widget (a tqdm bar) anyway; widget outputs are left out of the page
+nb_ipywidgets_js = {{}}
 # only answer cells are folded (tagged hide-input), so the toggle can say what it hides
 nb_code_prompt_show = "Show solution"
 nb_code_prompt_hide = "Hide solution"
 '''
 
-# printed lines (a check's verdict, a tensor) wrap instead of hiding behind a scroll bar
+# printed lines (a check's verdict, a tensor) wrap instead of hiding behind a scroll bar;
 COURSE_CSS = """\
 div.cell_output pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+/* retina figures carry width and height attributes: keep their shape when the column is narrower */
+div.cell_output img { max-width: 100%; height: auto; }
 """
 
 
@@ -221,7 +227,8 @@ def select_lessons(root: Path, only: list[str] | None = None) -> list[Lesson]:
     return [lesson for lesson in course if lesson in chosen]
 
 
-def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool) -> list[str]:
+def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool,
+                 cell_timeout: int = CELL_TIMEOUT_S) -> list[str]:
     """Fill ``src`` with conf.py, index.md and each lesson folder (its notebook transformed,
     its other files copied so relative paths work); returns the pages' docnames."""
     docs, defaults = [], plot_titles(root)
@@ -245,7 +252,7 @@ def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool) 
     lines += ["", "```{toctree}", ":hidden:", ":maxdepth: 1", "", *docs, "```", ""]
     (src / "index.md").write_text("\n".join(lines), encoding="utf-8")
     include = ["index.md"] + [f"{doc}.ipynb" for doc in docs]
-    conf = CONF_PY.format(title=COURSE_TITLE, include=include, mode="force" if execute else "off", timeout=CELL_TIMEOUT_S)
+    conf = CONF_PY.format(title=COURSE_TITLE, include=include, mode="force" if execute else "off", timeout=int(cell_timeout))
     (src / "conf.py").write_text(conf, encoding="utf-8")
     (src / "_static").mkdir(exist_ok=True)
     (src / "_static" / "course.css").write_text(COURSE_CSS, encoding="utf-8")
@@ -257,8 +264,20 @@ def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool) 
 # ---------------------------------------------------------------------------------------------
 
 
-def _build_env(root: Path) -> dict[str, str]:
+#: the kernels' IPython settings: figures at twice the pixels (sharp when zoomed), same size on the page
+KERNEL_CONFIG = 'c.InlineBackend.figure_formats = {"retina"}\n'
+
+
+def _build_env(root: Path, ipython_dir: Path, jobs: int = 1, quick: bool = False) -> dict[str, str]:
     env = dict(os.environ)
+    if quick:
+        env["TRANSFORMER_COURSE_QUICK"] = "1"
+    profile = ipython_dir / "profile_default"
+    profile.mkdir(parents=True, exist_ok=True)
+    (profile / "ipython_kernel_config.py").write_text(KERNEL_CONFIG, encoding="utf-8")
+    env["IPYTHONDIR"] = str(ipython_dir)  # also keeps the builder's own IPython settings out
+    if jobs > 1 and "OMP_NUM_THREADS" not in env:  # notebooks run side by side share the cores
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
     env["TRANSFORMER_COURSE_ROOT"] = str(root)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(root), env.get("PYTHONPATH", "")] if p)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -269,6 +288,8 @@ def _build_env(root: Path) -> dict[str, str]:
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: lines of a successful build worth showing: each notebook's run time, warnings, errors
+SUMMARY = re.compile(r"Executed notebook in|WARNING|ERROR|CRITICAL")
 #: lines of the build's output that say nothing useful
 NOISE = ("Kernel is running over TCP without encryption",)
 
@@ -283,10 +304,33 @@ def _clean_log(text: str, src: Path) -> str:
 def _failure(returncode: int, messages: str) -> str:
     """What went wrong: a notebook's failing cell and its error when that is the cause."""
     failed = re.search(r"ExecutionError: (\S+\.ipynb)", messages)
-    cell = re.search(r"CellExecutionError: (.*?)(The above exception was|\Z)", messages, re.S)
+    cell = re.search(r"(CellExecutionError|CellTimeoutError|DeadKernelError): (.*?)(The above exception was|\Z)",
+                     messages, re.S)
     if failed and cell:
-        return f"{failed.group(1)} failed while the book executed it: {cell.group(1).strip()[-6000:]}"
+        hint = ""
+        if cell.group(1) == "CellTimeoutError":
+            hint = "\n(give cells longer with --cell-timeout, or run training lessons short with --quick)"
+        return f"{failed.group(1)} failed while the book executed it: {cell.group(2).strip()[-6000:]}{hint}"
     return f"the book did not build (sphinx exit code {returncode}):\n{messages[-8000:]}"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the build's process group (Sphinx and what it started), SIGTERM first."""
+    if os.name == "nt":  # no process groups to signal
+        proc.kill()
+        proc.wait()
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=10)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
 
 
 def _replace_output(built: Path, out: Path) -> None:
@@ -302,12 +346,14 @@ def _replace_output(built: Path, out: Path) -> None:
 
 
 def build_book(root: Path, out: Path, *, execute: bool = True, only: list[str] | None = None,
-               jobs: int = 1, log=None) -> Path:
+               jobs: int = 1, quick: bool = False, cell_timeout: int = CELL_TIMEOUT_S, log=None) -> Path:
     """Build the book of ``root``'s lessons into ``out`` and return the path of its index.html.
 
     ``execute`` runs every notebook (the slow part); ``only`` picks lessons by assignment name
-    or number; ``jobs`` is Sphinx's ``-j`` (notebooks executed at once). ``out`` is replaced when
-    it holds an earlier book; any other non-empty folder is refused.
+    or number; ``jobs`` is Sphinx's ``-j`` (notebooks executed at once); ``quick`` runs lessons
+    that train in their quick setting (``TRANSFORMER_COURSE_QUICK=1``); ``cell_timeout`` is the
+    seconds one cell may run. ``out`` is replaced when it holds an earlier book; any other
+    non-empty folder is refused.
     """
     root, out = Path(root).resolve(), Path(out).resolve()
     if out == root or out in root.parents or out == root / SOLUTIONS or (root / SOLUTIONS) in out.parents:
@@ -316,19 +362,25 @@ def build_book(root: Path, out: Path, *, execute: bool = True, only: list[str] |
     with tempfile.TemporaryDirectory(prefix="transformer-course-book-") as tmp:
         src, html, doctrees = Path(tmp) / "src", Path(tmp) / "html", Path(tmp) / "doctrees"
         src.mkdir()
-        write_source(root, src, course, execute=execute)
-        cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-T", "-j", str(max(1, jobs)),
+        write_source(root, src, course, execute=execute, cell_timeout=cell_timeout)
+        cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-T", "-j", str(max(1, jobs)),
                "-d", str(doctrees), str(src), str(html)]
+        proc = subprocess.Popen(cmd, cwd=src, env=_build_env(root, Path(tmp) / "ipython", jobs, quick), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                encoding="utf-8", errors="replace", start_new_session=os.name != "nt")
         try:
-            done = subprocess.run(cmd, cwd=src, env=_build_env(root), capture_output=True, text=True,
-                                  timeout=BUILD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise CourseError(f"the book's build ran past {BUILD_TIMEOUT_S} s and was stopped") from None
-        messages = _clean_log(done.stdout + done.stderr, src)
-        if done.returncode != 0 or not (html / "index.html").exists():
-            raise CourseError(_failure(done.returncode, messages))
-        if log is not None and messages:
-            print(messages, file=log)
+            output, _ = proc.communicate(timeout=BUILD_TIMEOUT_S)
+        except BaseException as exc:  # a timeout or Ctrl+C: stop the build and its kernels
+            _stop(proc)
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise CourseError(f"the book's build ran past {BUILD_TIMEOUT_S} s and was stopped") from None
+            raise
+        messages = _clean_log(output, src)
+        if proc.returncode != 0 or not (html / "index.html").exists():
+            raise CourseError(_failure(proc.returncode, messages))
+        summary = [line.replace(" [mystnb]", "") for line in messages.splitlines() if SUMMARY.search(line)]
+        if log is not None and summary:
+            print("\n".join(summary), file=log)
         _replace_output(html, out)
     return out / "index.html"
 
@@ -350,8 +402,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", type=Path, default=None, help=f"where the HTML goes (default: {BOOK_DIR}/ in the course)")
     p.add_argument("--lessons", nargs="+", metavar="LESSON", default=None,
                    help="only these lessons, by assignment (03-self-attention) or number (3)")
-    p.add_argument("--no-execute", action="store_true", help="render without running the notebooks (quick, no outputs)")
+    p.add_argument("--no-execute", action="store_true", help="render without running the notebooks (fast; no outputs, no figures)")
     p.add_argument("--jobs", "-j", type=int, default=1, help="notebooks built at once (default 1)")
+    p.add_argument("--quick", action="store_true",
+                   help="run lessons that train in their quick setting (TRANSFORMER_COURSE_QUICK=1)")
+    p.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_S,
+                   help=f"seconds one cell may run (default {CELL_TIMEOUT_S})")
     p.set_defaults(func=cmd_book)
 
 
@@ -361,7 +417,8 @@ def cmd_book(args) -> int:
     start = time.monotonic()
     what = "rendering" if args.no_execute else "executing and rendering"
     print(f"{what} the book into {out} ...", file=sys.stderr)
-    index = build_book(root, out, execute=not args.no_execute, only=args.lessons, jobs=args.jobs, log=sys.stderr)
+    index = build_book(root, out, execute=not args.no_execute, only=args.lessons, jobs=args.jobs,
+                       quick=args.quick, cell_timeout=args.cell_timeout, log=sys.stderr)
     print(f"built in {time.monotonic() - start:.0f} s: {index}")
     return 0
 

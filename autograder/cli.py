@@ -174,7 +174,8 @@ def cmd_lab(args) -> int:
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--ServerApp.allow_root=True")
     print("starting:", " ".join(cmd), file=sys.stderr)
-    return subprocess.call(cmd, cwd=root)
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # a headless backend would hide every plot
+    return subprocess.call(cmd, cwd=root, env=env)
 
 
 def cmd_demo(args) -> int:

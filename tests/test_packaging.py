@@ -16,7 +16,9 @@ def split(requirement: str) -> tuple[str, str]:
 
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = dict(split(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"])
+    extras = project["optional-dependencies"]
+    wanted = dict(split(r) for r in project["dependencies"] + extras["dev"] + extras["book"])
+    assert {split(r) for r in extras["book"]} <= {split(r) for r in extras["dev"]}, "dev includes the book tools"
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda = {}
     for dep in env["dependencies"]:

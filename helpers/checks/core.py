@@ -80,7 +80,14 @@ class Check:
             _records.append(self.record(student_object))
             return None
         with torch.random.fork_rng():  # a check never moves the notebook's random numbers
-            data = decode(encode(self.probe(student_object)))
+            try:
+                data = decode(encode(self.probe(student_object)))
+            except NotImplementedError:
+                what = getattr(student_object, "__name__", "your answer")
+                raise CheckFailed(
+                    f"{what} is not written yet: it still raises NotImplementedError. Replace the "
+                    "lines under '# YOUR CODE HERE' with your code, run that cell, then this one."
+                ) from None
             summary = self.judge(data)
         print(f"\N{CHECK MARK} {summary}")
         return None

@@ -1,0 +1,250 @@
+"""The course book (``transformer-course book``): every lesson executed, with its figures, its
+solutions folded, its hidden tests and self-check gone, and working navigation; built offline."""
+
+import os
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from autograder.book import book_notebook, build_book
+from autograder.course import HIDDEN_BEGIN, cell_source, lessons, nbgrader_meta
+from autograder.release import BLOCKS, MARKER, TRIVIAL
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = lessons(ROOT)
+IDS = [lesson.assignment for lesson in LESSONS]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MARKERS = [marker for pair in BLOCKS for marker in pair]
+# what a network request from the build would go through: nothing listens there
+NO_NETWORK = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+              "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+              "ALL_PROXY": "http://127.0.0.1:9", "no_proxy": "", "NO_PROXY": ""}
+
+
+def missing(why: str):
+    """Fail in CI (the book must be checked there), skip on a machine without the book's tools."""
+    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"{why}; CI must build the book: pip install sphinx myst-nb sphinx-book-theme sphinx-design",
+                    pytrace=False)
+    pytest.skip(why)
+
+
+def block_lines(text: str, begin: str, end: str) -> list[str]:
+    return [line for block in re.findall(re.escape(begin) + r"(.*?)" + re.escape(end), text, re.S)
+            for line in block.splitlines()]
+
+
+def open_lines(lesson) -> set[str]:
+    text = "\n".join(cell_source(c) for c in lesson.notebook["cells"])
+    for begin, end in BLOCKS:
+        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), "", text, flags=re.S)
+    return {line.strip() for line in text.splitlines()}
+
+
+def secret_lines(lesson, begin: str, end: str) -> list[str]:
+    """The lines between ``begin`` and ``end`` that would give something away (as release.py's
+    leak search picks them: long enough, not trivial, not also in the open part)."""
+    shown = open_lines(lesson)
+    lines = {line.strip() for c in lesson.notebook["cells"] for line in block_lines(cell_source(c), begin, end)}
+    return sorted(line for line in lines if len(line) >= 16 and not TRIVIAL.match(line) and line not in shown)
+
+
+def solution_cells(lesson) -> list[dict]:
+    return [c for c in lesson.notebook["cells"] if c["cell_type"] == "code" and nbgrader_meta(c).get("solution")]
+
+
+def page_of(book: Path, lesson) -> Path:
+    return book / lesson.assignment / f"{lesson.name}.html"
+
+
+def soup_of(path: Path):
+    from bs4 import BeautifulSoup
+
+    return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+
+
+def closed_details(node):
+    """The nearest <details> around ``node`` if it is closed, else None."""
+    details = node.find_parent("details")
+    return details if details is not None and not details.has_attr("open") else None
+
+
+def visible_text(path: Path) -> str:
+    """The page's text without what sits in closed <details> (what a reader sees unclicked)."""
+    soup = soup_of(path)
+    for details in soup.find_all("details"):
+        if not details.decomposed and not details.has_attr("open"):
+            details.decompose()
+    return soup.get_text()
+
+
+def resolve(page: Path, href: str) -> Path:
+    return (page.parent / urlsplit(href).path).resolve()
+
+
+# ---------------------------------------------------------------------------------------------
+# the transformation alone: quick, no Sphinx needed
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
+def test_book_notebook_hides_what_it_must(lesson):
+    nb = book_notebook(lesson.notebook)
+    text = "\n".join(cell_source(c) for c in nb["cells"])
+    for marker in MARKERS:
+        assert marker not in text
+    for line in secret_lines(lesson, *BLOCKS[1]):
+        assert line not in text, f"hidden test line kept: {line}"
+    assert "check_notebook(" not in text, "the self-check cell is removed"
+    kept = {c.get("id"): c for c in nb["cells"]}
+    for cell in solution_cells(lesson):
+        folded = kept[cell["id"]]
+        assert "hide-input" in folded["metadata"]["tags"]
+        expected = "\n".join(line for line in cell_source(cell).splitlines() if not MARKER.match(line))
+        assert cell_source(folded).strip() == expected.strip()
+    for cell in lesson.notebook["cells"]:  # the open part of hidden-test cells stays
+        if HIDDEN_BEGIN in cell_source(cell):
+            assert cell_source(kept[cell["id"]]).strip(), f"{cell['id']}: its visible part is kept"
+    assert any(MARKER.match(line) for c in solution_cells(lesson) for line in cell_source(c).splitlines()), \
+        "the lesson's own notebook is left alone"
+
+
+# ---------------------------------------------------------------------------------------------
+# the built book
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory) -> Path:
+    for module in ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx_design", "bs4"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing(f"{module} is not installed")
+    out = tmp_path_factory.mktemp("book") / "html"
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in NO_NETWORK.items():
+            mp.setenv(name, value)
+        index = build_book(ROOT, out, execute=True, quick=True)  # training lessons: seconds, not minutes
+    assert index == out / "index.html" and index.exists()
+    return out
+
+
+@pytest.mark.slow
+def test_one_page_per_lesson_and_an_index_in_order(book):
+    pages = sorted(p.relative_to(book) for p in book.glob("*/*.html") if not p.parent.name.startswith("_"))
+    assert pages == sorted(page_of(book, lesson).relative_to(book) for lesson in LESSONS)
+    index = book / "index.html"
+    article = soup_of(index).find("article")
+    linked = [resolve(index, a["href"]) for a in article.find_all("a", href=True)]
+    linked = [p for p in linked if p.suffix == ".html" and p != index.resolve()]
+    assert linked == [page_of(book, lesson).resolve() for lesson in LESSONS], "one line per lesson, in order"
+
+
+@pytest.mark.slow
+def test_previous_and_next_links(book):
+    chain = [book / "index.html"] + [page_of(book, lesson) for lesson in LESSONS]
+    for i, page in enumerate(chain):
+        soup = soup_of(page)
+        nxt, prev = soup.select_one("a.right-next"), soup.select_one("a.left-prev")
+        if i + 1 < len(chain):
+            assert nxt is not None and resolve(page, nxt["href"]) == chain[i + 1].resolve(), f"{page.name}: next"
+        else:
+            assert nxt is None
+        if i > 0:
+            assert prev is not None and resolve(page, prev["href"]) == chain[i - 1].resolve(), f"{page.name}: previous"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
+def test_every_page_was_executed_and_has_its_figures_as_png_files(book, lesson):
+    page = page_of(book, lesson)
+    soup = soup_of(page)
+    outputs = soup.select("div.cell_output")
+    assert outputs, "the notebook was executed: its cells have outputs"
+    images = [img for out in outputs for img in out.find_all("img")]
+    assert images, "at least one figure"
+    if lesson.assignment == "03-self-attention":
+        assert len(images) >= 4, "lesson 03 draws products, weights, the mask and the masked weights"
+    for img in images:
+        assert not img["src"].startswith(("data:", "http:", "https:")), "figures are files next to the page"
+        path = resolve(page, img["src"])
+        assert path.is_file() and path.read_bytes()[:8] == PNG_SIGNATURE, img["src"]
+        assert img.get("alt", "").startswith("Figure"), "every figure has alt text"
+    assert not soup.select(".output.traceback, .output.error"), "no cell failed"
+
+
+@pytest.mark.slow
+def test_no_hidden_test_solution_marker_or_self_check_anywhere(book):
+    hidden = {line for lesson in LESSONS for line in secret_lines(lesson, *BLOCKS[1])}
+    hidden_names = {name for line in hidden for name in re.findall(r"\bcheck_\w+", line)}
+    shown = set().union(*(open_lines(lesson) for lesson in LESSONS))
+    hidden_names = {n for n in hidden_names if not any(n in line for line in shown)}
+    assert hidden_names or not hidden, "the hidden checks' names are what must not appear"
+    if any(lesson.assignment == "03-self-attention" for lesson in LESSONS):
+        assert "check_causal_mask_hidden" in hidden_names
+    files = [p for p in book.rglob("*") if p.is_file()]
+    for path in files:
+        raw = path.read_bytes()
+        if raw.startswith(PNG_SIGNATURE):
+            continue
+        text = raw.decode("utf-8", errors="replace")
+        for secret in MARKERS + sorted(hidden_names):
+            assert secret not in text, f"{secret!r} in {path.relative_to(book)}"
+        if path.suffix == ".html":
+            page_text = soup_of(path).get_text()
+            for line in hidden:
+                assert line not in page_text, f"hidden test line {line!r} in {path.relative_to(book)}"
+            assert "check_notebook(" not in page_text, "the self-check cell is gone"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
+def test_solutions_are_only_inside_closed_details(book, lesson):
+    page = page_of(book, lesson)
+    soup = soup_of(page)
+    cells = solution_cells(lesson)
+    assert cells
+    blocks = soup.find_all("pre")
+    for cell in cells:
+        expected = "\n".join(line.rstrip() for line in cell_source(cell).splitlines() if not MARKER.match(line)).strip()
+        found = [pre for pre in blocks if "\n".join(x.rstrip() for x in pre.get_text().splitlines()).strip() == expected]
+        assert len(found) == 1, f"{cell['id']}: its code is on the page once"
+        details = closed_details(found[0])
+        assert details is not None, f"{cell['id']}: the code sits in a closed <details>"
+        summary = details.find("summary")
+        assert summary is not None and "Show solution" in summary.get_text(), "the toggle says what it hides"
+    shown = visible_text(page)
+    for line in secret_lines(lesson, *BLOCKS[0]):
+        assert line not in shown, f"solution line visible without a click: {line}"
+    if lesson.assignment == "03-self-attention":
+        definition = [pre for pre in blocks if "def apply_causal_mask" in pre.get_text()]
+        assert definition and all(closed_details(pre) is not None for pre in definition)
+        assert "def apply_causal_mask" not in shown
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
+def test_hints_are_folded(book, lesson):
+    source = "\n".join(cell_source(c) for c in lesson.notebook["cells"] if c["cell_type"] == "markdown")
+    n_hints = len(re.findall(r"<summary>\s*Hint", source))
+    soup = soup_of(page_of(book, lesson))
+    hints = [s.parent for s in soup.find_all("summary") if s.get_text().strip().startswith("Hint")]
+    assert len(hints) == n_hints
+    for details in hints:
+        assert details.name == "details" and not details.has_attr("open")
+        body = details.get_text().replace(details.summary.get_text(), "").strip()
+        assert len(body) > 20, f"{details.summary.get_text()!r}: its text sits inside the <details>"
+
+
+@pytest.mark.slow
+def test_pages_load_nothing_from_the_network_but_mathjax(book):
+    for page in [book / "index.html"] + [page_of(book, lesson) for lesson in LESSONS]:
+        soup = soup_of(page)
+        refs = [t.get("src") for t in soup.find_all(["img", "script"])]
+        refs += [t.get("href") for t in soup.find_all("link", rel="stylesheet")]
+        remote = [r for r in refs if r and urlsplit(r).scheme in ("http", "https") and "mathjax" not in r]
+        assert not remote, f"{page.name} loads {remote}"
+        for ref in refs:
+            if ref and not urlsplit(ref).scheme:
+                assert resolve(page, ref).exists(), f"{page.name}: {ref} is missing"

@@ -1,0 +1,334 @@
+"""What a student and a reader see, in a real browser (headless Chromium driven by Playwright):
+
+* JupyterLab on the released lesson 03: Run All draws the attention plots, the blank exercise
+  shows its NotImplementedError, and nbgrader's tools (the Validate button, the Nbgrader menu) work;
+* the book: a solution and a hint are hidden until their toggle is clicked.
+
+Everything runs on 127.0.0.1 with bounded waits; JupyterLab and the browser are always shut down.
+Locally the tests are skipped when Playwright or Chromium is missing; with ``CI`` set they fail.
+"""
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autograder.course import RELEASE, lessons, nbgrader_meta
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = "03-self-attention"
+CHROMIUM = os.environ.get("TRANSFORMER_COURSE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-proxy-server",
+    # without these Chromium keeps calling home, and this machine has no network
+    "--disable-background-networking", "--disable-component-update", "--no-first-run",
+    "--disable-sync", "--disable-default-apps", "--disable-extensions",
+]
+SERVER_START_S = 120
+KERNEL_IDLE_S = 120
+RUN_ALL_S = 300
+VALIDATE_S = 180
+
+pytestmark = pytest.mark.slow
+
+
+def missing(why: str):
+    """Skip on a machine without a browser; in CI (``CI`` set) fail instead: never skipped there."""
+    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"{why}. CI must run the browser tests: pip install playwright (never `playwright "
+                    "install`) and apt-get install chromium", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("playwright is not installed")
+    if not os.access(CHROMIUM, os.X_OK):
+        missing(f"no Chromium at {CHROMIUM} (set TRANSFORMER_COURSE_CHROMIUM)")
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(30_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# JupyterLab
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    root_dir: Path
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def lab_env(home: Path) -> dict[str, str]:
+    """A fresh HOME and Jupyter dirs (no restored layout, no user settings); this Python first."""
+    env = dict(os.environ)
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
+        env.pop(name, None)
+    env.pop("MPLBACKEND", None)  # the suite's Agg would keep every figure out of the notebook
+    env.update(
+        HOME=str(home),
+        JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+        JUPYTER_DATA_DIR=str(home / ".local" / "share" / "jupyter"),
+        JUPYTER_RUNTIME_DIR=str(home / ".local" / "share" / "jupyter" / "runtime"),
+        IPYTHONDIR=str(home / ".ipython"),
+        TRANSFORMER_COURSE_ROOT=str(ROOT),
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
+    return env
+
+
+def api(base: str, token: str, path: str):
+    """GET a Jupyter REST endpoint on loopback (never through a proxy); None when it does not answer."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(f"{base}{path}", headers={"Authorization": f"token {token}"})
+    try:
+        with opener.open(request, timeout=3) as reply:
+            return json.loads(reply.read() or b"null") if reply.status == 200 else None
+    except (OSError, ValueError):
+        return None
+
+
+def server_answers(port: int, token: str) -> bool:
+    return api(f"http://127.0.0.1:{port}", token, "/api/status") is not None
+
+
+def wait_for_kernel(lab: Lab, timeout_s: float) -> None:
+    """Until the notebook's kernel is started, connected to the page and idle (REST, not the DOM)."""
+    deadline, kernels = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        kernels = api(lab.url, lab.token, "/api/kernels") or []
+        if any(k.get("execution_state") == "idle" and k.get("connections", 0) > 0 for k in kernels):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no connected idle kernel after {timeout_s:.0f} s: {kernels}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM (JupyterLab then shuts its kernels down), then SIGKILL to its process group."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the server's own group: leftover kernels
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab as ``transformer-course lab`` starts it (course root as working directory, so
+    nbgrader finds its config), on a temporary copy of notebooks/, on 127.0.0.1 with a token."""
+    jupyter = shutil.which("jupyter", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if jupyter is None:
+        pytest.fail("jupyter is not installed in this environment")
+    tmp = tmp_path_factory.mktemp("lab")
+    home, root_dir = tmp / "home", tmp / "notebooks"
+    home.mkdir()
+    shutil.copytree(ROOT / RELEASE, root_dir, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    token = secrets.token_urlsafe(24)
+    log_path = tmp / "jupyter.log"
+    for _attempt in range(3):  # another process may take the free port before Jupyter does
+        port = free_port()
+        cmd = [
+            jupyter, "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0", f"--ServerApp.token={token}", f"--ServerApp.root_dir={root_dir}",
+            f"--LabApp.workspaces_dir={home / 'workspaces'}", "--ServerApp.open_browser=False",
+        ]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--ServerApp.allow_root=True")
+        with open(log_path, "a") as log:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=lab_env(home), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + SERVER_START_S
+            while proc.poll() is None and time.monotonic() < deadline and not server_answers(port, token):
+                time.sleep(0.5)
+            if proc.poll() is None and server_answers(port, token):
+                yield Lab(f"http://127.0.0.1:{port}", token, root_dir, log_path)
+                return
+        finally:
+            stop(proc)
+    pytest.fail(f"JupyterLab did not answer on /api/status; its log:\n{log_path.read_text()[-4000:]}")
+
+
+JS_EXECUTION_STATE = """() => {
+  const indicator = document.querySelector('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator');
+  const prompts = Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-Cell .jp-InputPrompt'))
+      .map(p => p.textContent.trim());
+  return {
+    status: indicator ? indicator.dataset.status : null,
+    running: prompts.filter(p => p.includes('*')).length,
+    executed: prompts.filter(p => /\\[\\d+\\]/.test(p)).length,
+  };
+}"""
+
+
+def wait_until(page, predicate, timeout_s: float, what: str, poll_s: float = 0.5):
+    deadline, last = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        last = page.evaluate(JS_EXECUTION_STATE)
+        if predicate(last):
+            return last
+        page.wait_for_timeout(poll_s * 1000)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last state {last}")
+
+
+def run_all_cells(page) -> None:
+    """Run → Run All Cells, through the menu bar (the command JupyterLab's menu runs)."""
+    page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
+    item = page.locator('.lm-Menu-item[data-command="runmenu:run-all"]')
+    if item.count() == 0:  # another JupyterLab version: find it by its label
+        item = page.locator(".lm-Menu-item").filter(has=page.locator(".lm-Menu-itemLabel", has_text="Run All Cells")).first
+    item.click()
+
+
+def test_student_runs_lesson_03_in_jupyterlab(browser, page, lab, tmp_path):
+    try:
+        student_runs_lesson_03(page, lab, tmp_path)
+    except Exception:
+        try:
+            page.screenshot(path=str(tmp_path / "jupyterlab-failure.png"))
+            print(f"screenshot: {tmp_path / 'jupyterlab-failure.png'}")
+        except Exception as exc:  # noqa: BLE001 - the first error is the one to report
+            print(f"no screenshot: {exc}")
+        print(f"JupyterLab's log:\n{lab.log.read_text()[-5000:]}")
+        raise
+
+
+def student_runs_lesson_03(page, lab: Lab, tmp_path: Path) -> None:
+    path = f"{LESSON}/{LESSON}.ipynb"
+    assert (lab.root_dir / path).exists(), f"no released notebook {path}"
+    page.goto(f"{lab.url}/lab/tree/{path}?token={lab.token}", timeout=90_000)
+    page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=90_000)
+    wait_for_kernel(lab, KERNEL_IDLE_S)
+    wait_until(page, lambda s: s["status"] == "idle", KERNEL_IDLE_S, "the page to show an idle kernel")
+
+    # nbgrader's student tools are there
+    toolbar = page.locator(".jp-NotebookPanel-toolbar")
+    validate = toolbar.get_by_role("button", name="Validate")
+    assert validate.count() == 1, "nbgrader's Validate button is in the notebook toolbar"
+    assert page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").count() == 1, "the Nbgrader menu"
+
+    for attempt in range(3):  # a click while the page is still wiring itself up can go unheard
+        run_all_cells(page)
+        try:
+            wait_until(page, lambda s: s["executed"] > 0 or s["running"] > 0, 20, "Run All to start")
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+    state = wait_until(page, lambda s: s["status"] == "idle" and s["running"] == 0, RUN_ALL_S, "Run All to finish")
+    assert state["executed"] >= 3, state
+
+    # the attention plots drawn before the first exercise
+    images = page.locator(".jp-NotebookPanel .jp-OutputArea-output img")
+    assert images.count() >= 3, f"{images.count()} output images"
+    decoded = page.evaluate("""() => Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-OutputArea-output img'))
+        .map(img => img.complete && img.naturalWidth > 100 && img.src.startsWith('data:image/png'))""")
+    assert all(decoded), f"every output image is a loaded PNG: {decoded}"
+
+    # the blank exercise: its visible test fails with the NotImplementedError of the stub
+    errors = page.locator('.jp-NotebookPanel .jp-RenderedText[data-mime-type="application/vnd.jupyter.stderr"]')
+    texts = [errors.nth(i).text_content() for i in range(errors.count())]
+    assert any("NotImplementedError" in t for t in texts), f"error outputs: {[t[:300] for t in texts]}"
+    first_error = errors.filter(has_text="NotImplementedError").first
+    first_error.scroll_into_view_if_needed()
+    page.screenshot(path=str(tmp_path / "jupyterlab-lesson03.png"))
+
+    # Validate: nbgrader runs the saved (blank) notebook and reports the failing test cells
+    validate.click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(state="visible", timeout=VALIDATE_S * 1000)
+    page.wait_for_function(
+        "() => { const d = document.querySelector('.jp-Dialog'); return d && /failed|Success/.test(d.textContent); }",
+        timeout=VALIDATE_S * 1000,
+    )
+    report = dialog.text_content()
+    page.screenshot(path=str(tmp_path / "jupyterlab-validate.png"))
+    assert "Validation Results" in report and "NotImplementedError" in report, report[:2000]
+    assert "check_causal_mask_hidden" not in report, "a student's validation never shows hidden tests"
+    page.keyboard.press("Escape")
+
+
+# ---------------------------------------------------------------------------------------------
+# the book
+
+
+@pytest.fixture(scope="module")
+def quick_book(tmp_path_factory) -> Path:
+    """The book rendered without executing (seconds): enough to see what is folded."""
+    for module in ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx_design"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing(f"{module} is not installed (the book's tools)")
+    from autograder.book import build_book
+
+    out = tmp_path_factory.mktemp("book") / "html"
+    build_book(ROOT, out, execute=False)
+    return out
+
+
+@pytest.mark.parametrize("lesson", lessons(ROOT), ids=lambda lesson: lesson.assignment)
+def test_book_hides_solutions_and_hints_until_clicked(browser, quick_book, page, tmp_path, lesson):
+    n_solutions = sum(1 for c in lesson.notebook["cells"]
+                      if c["cell_type"] == "code" and nbgrader_meta(c).get("solution"))
+    page.goto((quick_book / lesson.assignment / f"{lesson.name}.html").as_uri())
+    toggles = page.locator("details.hide.above-input")
+    assert toggles.count() == n_solutions, "one folded solution per answer cell"
+    for i in range(toggles.count()):
+        code = toggles.nth(i).locator("pre")
+        assert code.count() == 1 and not code.is_visible(), f"solution {i} is visible without a click"
+    hints = page.locator("details").filter(has=page.locator("summary", has_text="Hint"))
+    assert hints.count() >= 1
+    body = hints.first.locator("p, ol, ul").first
+    assert not body.is_visible(), "a hint's text is hidden until clicked"
+
+    first = toggles.first
+    first.locator("summary").click()
+    code = first.locator("pre")
+    code.wait_for(state="visible", timeout=5_000)
+    assert code.is_visible() and code.text_content().strip()
+    hints.first.locator("summary").click()
+    body.wait_for(state="visible", timeout=5_000)
+    code.scroll_into_view_if_needed()
+    page.screenshot(path=str(tmp_path / f"book-{lesson.assignment}-unfolded.png"))
