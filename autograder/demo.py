@@ -86,7 +86,8 @@ def build_demo_class(root: Path, out: Path) -> Path:
                 students[student] = release_nb
             elif kind == "loop":
                 first = next(iter(full))
-                students[student] = _with_answers(release_nb, {**full, first: "while True:\n    pass\n"})
+                looping = full[first] + "\n\nwhile True:  # never ends\n    pass\n"
+                students[student] = _with_answers(release_nb, {**full, first: looping})
             elif kind == "raises":
                 first = next(iter(full))
                 broken = {**full, first: "raise RuntimeError('my code is broken')\n" + full[first]}
