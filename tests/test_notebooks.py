@@ -12,7 +12,7 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder import lesson_checks  # noqa: F401 - registers every check
-from autograder.course import RELEASE, cell_source, lessons, nbgrader_meta
+from autograder.course import RELEASE, cell_source, check_calls, lessons, nbgrader_meta
 from helpers.checks.core import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +84,9 @@ def test_conventions(lesson):
                 assert name in REGISTRY, f"{test.grade_id} calls unknown {name}"
             hidden_checks = [n for n in test.checks if REGISTRY[n].hidden]
             assert bool(hidden_checks) == test.hidden, f"{test.grade_id}: hidden checks only in hidden cells"
+            if test.hidden:  # what the release keeps of a hidden cell must fail on a blank too
+                released_part = test.source.split("### BEGIN HIDDEN TESTS")[0]
+                assert check_calls(released_part), f"{test.grade_id}: repeat the visible check before the hidden block"
     text = "\n".join(cell_source(c) for c in lesson.notebook["cells"])
     assert "torch.manual_seed" in text, "lessons are seeded"
     assert "check_notebook(" in text, "a lesson ends with the self-check one-liner"

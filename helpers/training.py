@@ -1,0 +1,519 @@
+"""Training a language model: optimiser, schedule, evaluation, the loop, checkpoints.
+
+Lesson 07 builds one training step by hand (``train_step``); everything around it lives here::
+
+    from helpers.data import shakespeare_dataset
+    from helpers.reference.transformer_lm import Config, TransformerLM
+    from helpers.training import TrainConfig, train
+
+    data = shakespeare_dataset()
+    model = TransformerLM(Config(n_vocab=len(data.vocab), max_len=64, emb_dim=128, ...))
+    log = train(model, data, TrainConfig(steps=2000))   # a pandas DataFrame, one row per log step
+
+One source of truth: the step itself is the course's reference ``train_step``, generated from
+lesson 07's solution notebook into ``helpers.reference.training_step``. Pass ``step_fn=`` to train
+with another one (the lesson passes the student's own).
+
+Shape legend: ``B`` batch size, ``T`` block size (time), ``V`` vocabulary size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from helpers.data import CharDataset, CharVocab, get_batch
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "LOG_COLUMNS",
+    "CheckpointError",
+    "LiveLossPlot",
+    "TrainConfig",
+    "configure_optimizer",
+    "estimate_loss",
+    "learning_rate",
+    "load_checkpoint",
+    "read_checkpoint",
+    "save_checkpoint",
+    "seed_everything",
+    "train",
+]
+
+#: the columns of the log that ``train`` returns, in this order
+LOG_COLUMNS = ("step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s")
+#: what ``save_checkpoint`` writes in its ``format`` field, and the version it writes
+CHECKPOINT_FORMAT = "transformer-course/checkpoint"
+CHECKPOINT_VERSION = 1
+#: the seed of the validation batches: every evaluation of a run sees the same windows
+EVAL_SEED = 1234
+
+
+# --------------------------------------------------------------------------------------------
+# Seeding
+# --------------------------------------------------------------------------------------------
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python's, NumPy's and PyTorch's global generators; return a fresh seeded generator.
+
+    The returned ``torch.Generator`` is meant for the batches, so that sampling batches does not
+    depend on how many random numbers the model's initialisation happened to draw.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration, optimiser and learning-rate schedule
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """How to train. The defaults are nanoGPT's small character-level run on a CPU."""
+
+    steps: int = 2000  # optimiser updates
+    batch_size: int = 12  # B: windows per batch
+    block_size: int = 64  # T: characters per window (at most the model's max_len)
+    lr: float = 1e-3  # the peak learning rate
+    min_lr: float = 1e-4  # where the cosine decay ends
+    warmup_steps: int = 100  # linear warm-up from lr / warmup_steps to lr
+    cosine: bool = True  # decay from lr to min_lr over the steps after warm-up; False: constant
+    weight_decay: float = 0.1  # AdamW's decay, applied to matrices only
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float | None = 1.0  # clip the global gradient norm to this; None: no clipping
+    eval_every: int = 250  # evaluate every this many steps (and at the end); 0: only at the end
+    eval_batches: int = 200  # validation batches per evaluation
+    eval_at_start: bool = True  # also evaluate the untrained model (step 0)
+    log_every: int = 10  # a row of the log every this many steps
+    seed: int = 0  # seeds the training batches
+    progress: bool = True  # show a tqdm progress bar
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "block_size", "eval_batches", "log_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name} must be a positive int, got {value!r}")
+        for name in ("warmup_steps", "eval_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"TrainConfig.{name} must be an int >= 0, got {value!r}")
+        if not self.lr > 0 or not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"TrainConfig.grad_clip must be positive or None, got {self.grad_clip!r}")
+        self.betas = tuple(self.betas)
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """The learning rate of update ``step`` (0-based): linear warm-up, then a cosine decay.
+
+    Warm-up: ``lr * (step + 1) / warmup_steps`` for the first ``warmup_steps`` updates. Then,
+    with ``cosine``, half a cosine wave from ``lr`` down to ``min_lr`` at the last update;
+    without, ``lr`` throughout.
+    """
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    if not config.cosine:
+        return config.lr
+    decay_steps = max(1, config.steps - 1 - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / decay_steps)  # 0 -> 1
+    return config.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (config.lr - config.min_lr)
+
+
+def configure_optimizer(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float = 0.1,
+    betas: tuple[float, float] = (0.9, 0.99),
+) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices (linear and embedding weights) only.
+
+    Vectors, the biases and LayerNorm's scale and shift, are not decayed: pulling a LayerNorm
+    scale towards 0 fights what it is for. A tensor shared by two layers (tied embeddings)
+    appears once.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]  # shared tensors appear once
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [g for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+    try:  # the fused kernel: about 10 % faster per step on a CPU for the course's models (PyTorch >= 2.4)
+        return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=True)
+    except (RuntimeError, TypeError, ValueError):  # older PyTorch, or parameters it cannot fuse
+        return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas))
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    first = next(model.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")
+
+
+@torch.no_grad()
+def estimate_loss(
+    model: nn.Module,
+    ids: torch.Tensor,
+    *,
+    batch_size: int = 12,
+    block_size: int = 64,
+    n_batches: int = 200,
+    seed: int = EVAL_SEED,
+) -> float:
+    """The mean cross-entropy (nats per token) of ``model`` on ``n_batches`` random batches of ``ids``.
+
+    Runs in evaluation mode without gradients and puts the model back in the mode it was in.
+    The batches come from a generator seeded with ``seed``, so two evaluations see the same
+    windows: the difference between them is the model's, not the luck of the draw.
+    """
+    if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
+        raise ValueError(f"n_batches must be a positive int, got {n_batches!r}")
+    generator = torch.Generator().manual_seed(seed)
+    device = _model_device(model)
+    was_training = model.training
+    model.eval()
+    try:
+        total = 0.0
+        for _ in range(n_batches):
+            x, y = get_batch(ids, batch_size, block_size, generator=generator, device=device)  # (B, T) each
+            logits = model(x)  # (B, T, V)
+            V = logits.shape[-1]
+            loss = F.cross_entropy(logits.reshape(-1, V).float(), y.reshape(-1))  # (B*T, V) vs (B*T,)
+            total += loss.item()
+        return total / n_batches
+    finally:
+        model.train(was_training)
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
+
+
+def _reference_train_step():
+    """Lesson 07's ``train_step``, as the course's reference (generated from the solution)."""
+    from helpers.reference.training_step import train_step
+
+    return train_step
+
+
+def _split(data) -> tuple[torch.Tensor, torch.Tensor]:
+    if isinstance(data, CharDataset):
+        return data.train, data.val
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        return data[0], data[1]
+    raise TypeError(
+        "data must be a CharDataset (helpers.data.shakespeare_dataset()) or a pair "
+        f"(train_ids, val_ids) of 1-D tensors, got {type(data).__name__}"
+    )
+
+
+def train(
+    model: nn.Module,
+    data,
+    config: TrainConfig | None = None,
+    *,
+    step_fn: Callable[..., float] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    callback: Callable[[pd.DataFrame], Any] | None = None,
+    **overrides: Any,
+) -> pd.DataFrame:
+    """Train ``model`` on ``data`` and return the log as a DataFrame.
+
+    ``data``: a ``CharDataset`` or a pair ``(train_ids, val_ids)`` of 1-D long tensors.
+    ``config``: a ``TrainConfig``; keyword ``overrides`` replace its fields
+    (``train(model, data, steps=100)``).
+    ``step_fn(model, optimizer, x, y, grad_clip=...) -> float``: one update on the batch
+    ``x, y`` (both ``(B, T)``); the course's reference ``train_step`` by default.
+    ``optimizer``: by default ``configure_optimizer`` (AdamW, decay on matrices only). Its
+    learning rate is set before every step from ``learning_rate(step, config)``.
+    ``callback(log)``: called with the log so far after every evaluation (e.g. ``LiveLossPlot()``).
+
+    The log has one row every ``log_every`` steps and one at every evaluation, with the columns
+    ``LOG_COLUMNS``: ``step`` (updates done), ``train_loss`` (mean training loss of the updates
+    since the previous row), ``val_loss`` (NaN when not evaluated at that step), ``lr`` (of the
+    last update), ``tokens_per_s`` (training throughput since the previous row, evaluation time
+    excluded) and ``elapsed_s`` (wall-clock seconds since the start, evaluation included).
+    ``log.attrs`` holds the config (``"config"``) and the seconds spent training and evaluating
+    (``"train_s"``, ``"eval_s"``).
+    """
+    config = dataclasses.replace(config or TrainConfig(), **overrides)
+    train_ids, val_ids = _split(data)
+    step_fn = step_fn or _reference_train_step()
+    if optimizer is None:
+        optimizer = configure_optimizer(model, config.lr, config.weight_decay, config.betas)
+    generator = torch.Generator().manual_seed(config.seed)
+    device = _model_device(model)
+    B, T = config.batch_size, config.block_size
+    rows: list[dict[str, float]] = []
+    start = time.perf_counter()
+    train_s = eval_s = 0.0
+    pending: list[float] = []  # training losses since the last row
+    tokens_since, train_s_since = 0, 0.0
+
+    def evaluate() -> float:
+        nonlocal eval_s
+        t0 = time.perf_counter()
+        value = estimate_loss(model, val_ids, batch_size=B, block_size=T, n_batches=config.eval_batches)
+        eval_s += time.perf_counter() - t0
+        return value
+
+    def add_row(step: int, lr: float, val_loss: float) -> None:
+        nonlocal pending, tokens_since, train_s_since
+        rows.append({
+            "step": step,
+            "train_loss": sum(pending) / len(pending) if pending else math.nan,
+            "val_loss": val_loss,
+            "lr": lr,
+            "tokens_per_s": tokens_since / train_s_since if train_s_since > 0 else math.nan,
+            "elapsed_s": time.perf_counter() - start,
+        })
+        pending, tokens_since, train_s_since = [], 0, 0.0
+
+    def frame() -> pd.DataFrame:
+        log = pd.DataFrame(rows, columns=list(LOG_COLUMNS))
+        log["step"] = log["step"].astype(int)
+        log.attrs.update(config=dataclasses.asdict(config), train_s=train_s, eval_s=eval_s)
+        return log
+
+    bar = tqdm(total=config.steps, desc="training", unit="step", disable=not config.progress)
+    try:
+        if config.eval_at_start:
+            add_row(0, learning_rate(0, config), evaluate())
+            if callback is not None:
+                callback(frame())
+        lr = learning_rate(0, config)
+        for step in range(config.steps):
+            lr = learning_rate(step, config)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            t0 = time.perf_counter()
+            x, y = get_batch(train_ids, B, T, generator=generator, device=device)  # (B, T) each
+            loss = step_fn(model, optimizer, x, y, grad_clip=config.grad_clip)
+            elapsed = time.perf_counter() - t0
+            if not isinstance(loss, float):
+                raise TypeError(
+                    f"the training step returned {type(loss).__name__}, not a float: return loss.item()"
+                )
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"the training loss is {loss} at step {step}: lower the learning rate")
+            train_s += elapsed
+            train_s_since += elapsed
+            tokens_since += B * T
+            pending.append(loss)
+            done = step + 1
+            evaluating = done == config.steps or (config.eval_every and done % config.eval_every == 0)
+            if evaluating or done % config.log_every == 0:
+                val_loss = evaluate() if evaluating else math.nan
+                add_row(done, lr, val_loss)
+                bar.set_postfix(loss=f"{rows[-1]['train_loss']:.3f}", refresh=False)
+                if evaluating and callback is not None:
+                    callback(frame())
+            bar.update(1)
+    finally:
+        bar.close()
+    return frame()
+
+
+class LiveLossPlot:
+    """A ``callback`` for ``train`` that redraws the loss curves in place in a notebook.
+
+    ``reference`` maps a label to a loss drawn as a dashed line, as in
+    ``helpers.plotting.plot_loss_curves``. Outside a notebook it draws nothing visible.
+    """
+
+    def __init__(self, *, title: str = "Loss while training", reference: Mapping[str, float] | None = None):
+        self.title = title
+        self.reference = dict(reference or {})
+        self.figure = None
+        self._handle = None
+
+    def __call__(self, log: pd.DataFrame) -> None:
+        from IPython.display import display
+        from matplotlib.figure import Figure
+
+        from helpers.plotting import plot_loss_curves
+
+        if self.figure is None:  # a Figure outside pyplot: the notebook does not show it twice
+            self.figure = Figure(figsize=(7.0, 4.2), layout="constrained")
+            self.figure.add_subplot()
+        ax = self.figure.axes[0]
+        ax.clear()
+        plot_loss_curves(log, ax=ax, title=self.title, reference=self.reference or None)
+        if self._handle is None:
+            self._handle = display(self.figure, display_id=True)
+        else:
+            self._handle.update(self.figure)
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------
+
+
+class CheckpointError(ValueError):
+    """A file is not a checkpoint of this course, or does not fit the model it describes."""
+
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Refuse anything ``torch.load(weights_only=True)`` could not read back."""
+    if isinstance(value, _PLAIN) or isinstance(value, torch.Tensor):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where} has a key {key!r} that is not a string")
+            _check_plain(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(value).__name__}; a checkpoint holds tensors and plain Python values "
+        "only (None, bool, int, float, str, lists and dicts of them). Convert it first "
+        "(e.g. float(x), x.tolist(), dataclasses.asdict(x))."
+    )
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    config=None,
+    vocab: CharVocab | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Save ``model``'s weights, its ``Config`` as a plain dict, the vocabulary and ``extra``.
+
+    ``model``: a ``TransformerLM``; ``config``: its ``Config`` (default ``model.config``);
+    ``vocab``: the ``CharVocab`` the ids come from; ``extra``: plain data to keep alongside
+    (the training settings, the validation loss...). The file holds tensors and plain Python
+    values only, so ``load_checkpoint`` reads it with ``torch.load(..., weights_only=True)``:
+    loading it cannot run code. Written to a temporary file, then renamed. Returns the path.
+    """
+    from helpers.reference.transformer_lm import Config
+
+    config = model.config if config is None else config
+    if isinstance(config, Config):
+        config_dict = dataclasses.asdict(config)
+    elif isinstance(config, Mapping):
+        config_dict = dict(config)
+    else:
+        raise TypeError(f"config must be a Config or a dict, got {type(config).__name__}")
+    if vocab is not None and not isinstance(vocab, CharVocab):
+        raise TypeError(f"vocab must be a CharVocab or None, got {type(vocab).__name__}")
+    extra = dict(extra or {})
+    _check_plain(config_dict, "config")
+    _check_plain(extra, "extra")
+    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "model": type(model).__name__,
+        "config": config_dict,
+        "vocab": vocab.to_dict() if vocab is not None else None,
+        "state_dict": state,
+        "extra": extra,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; give it the usual permissions
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def read_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict:
+    """The checked contents of a checkpoint: ``config``, ``vocab``, ``state_dict``, ``extra``..."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}: check the path (save one with save_checkpoint)")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a bad file
+        raise CheckpointError(
+            f"{path} could not be read as a checkpoint ({type(exc).__name__}: {str(exc)[:300]}). "
+            "It is damaged, not a file written by save_checkpoint, or holds objects other than "
+            "tensors and plain Python values."
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a checkpoint of this course (no format {CHECKPOINT_FORMAT!r})")
+    if payload.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"{path} is a version {payload.get('version')!r} checkpoint; this code reads version "
+            f"{CHECKPOINT_VERSION}"
+        )
+    for key, kind in (("config", dict), ("state_dict", dict), ("extra", dict)):
+        if not isinstance(payload.get(key), kind):
+            raise CheckpointError(f"{path}: the checkpoint's {key!r} entry is missing or not a {kind.__name__}")
+    return payload
+
+
+def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu"):
+    """Rebuild the model saved by ``save_checkpoint``: returns ``(model, config, vocab)``.
+
+    The model is a ``TransformerLM`` built from the saved ``Config`` (tied weights stay tied),
+    holding the saved weights, in evaluation mode. ``vocab`` is the saved ``CharVocab`` or None.
+    Raises ``FileNotFoundError`` or ``CheckpointError`` saying what is wrong.
+    """
+    from helpers.reference.transformer_lm import Config, TransformerLM
+
+    payload = read_checkpoint(path, map_location)
+    if payload.get("model") != "TransformerLM":
+        raise CheckpointError(f"{path} holds a {payload.get('model')!r}; load_checkpoint rebuilds TransformerLM only")
+    fields = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(payload["config"]) - fields)
+    if unknown:
+        raise CheckpointError(f"{path}: the saved config has fields Config does not know: {', '.join(unknown)}")
+    config = Config(**payload["config"])
+    model = TransformerLM(config)
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{path}: the saved weights do not fit TransformerLM({config}):\n{exc}") from None
+    model.to(map_location)
+    model.eval()
+    vocab = payload.get("vocab")
+    if vocab is not None:
+        try:
+            vocab = CharVocab.from_dict(vocab)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: the saved vocabulary is unusable: {exc}") from None
+        if len(vocab) != config.n_vocab:
+            raise CheckpointError(
+                f"{path}: the vocabulary has {len(vocab)} characters but the model {config.n_vocab} tokens"
+            )
+    return model, config, vocab

@@ -1,0 +1,160 @@
+"""Lesson 08: every catalogued sampling mistake loses exactly its exercise's points and is named;
+correct answers written differently get full marks; the reference's filters behave as documented."""
+
+import pytest
+import torch
+from harness import edited, grade_submissions, row, solution_answers
+
+from helpers.reference.sampling import sample_next, top_k_filter, top_p_filter
+
+A = "08-generation"
+TEMP, TOPK, TOPP, SAMPLE = "temperature", "top-k", "top-p", "sample-next"
+KTH = "kth_largest = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1)"
+KMASK = 'return logits.masked_fill(logits < kth_largest, float("-inf"))  # (..., V)'
+MASS = "mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs"
+SORT = "sorted_probs, order = torch.sort(probs, dim=-1, descending=True)"
+UNSORT = "remove = remove_sorted.scatter(-1, order, remove_sorted)"
+TEMPER = "logits = apply_temperature(logits, temperature)  # (..., V)"
+DRAW = "ids = torch.multinomial(flat, num_samples=1, generator=generator)  # (N, 1)"
+
+# name -> (exercise, edits of the solution, words the feedback must contain)
+MISTAKES = {
+    "temperature-multiplies": (TEMP, [("logits / temperature", "logits * temperature")], "multiplied by the temperature"),
+    "temperature-in-place": (TEMP, [("return logits / temperature", "logits /= temperature\n    return logits")], "in place"),
+    "temperature-softmax": (TEMP, [("return logits / temperature", "return torch.softmax(logits / temperature, dim=-1)")], "returned probabilities"),
+    "temperature-on-probabilities": (TEMP, [("return logits / temperature", "return logits.softmax(dim=-1) / temperature")], "divided the probabilities"),
+    "top-k-keeps-k-plus-one": (TOPK, [("torch.topk(logits, k, dim=-1)", "torch.topk(logits, min(k + 1, logits.shape[-1]), dim=-1)")], "k+1"),
+    "top-k-strict": (TOPK, [("logits < kth_largest", "logits <= kth_largest")], "dropped the k-th largest"),
+    "top-k-drops-ties": (
+        TOPK,
+        [(KTH, "idx = torch.topk(logits, k, dim=-1).indices  # (..., k)"),
+         (KMASK, 'return torch.full_like(logits, float("-inf")).scatter(-1, idx, logits.gather(-1, idx))')],
+        "ties all stay",
+    ),
+    "top-k-zero-not-inf": (TOPK, [('float("-inf"))  # (..., V)', "0.0)  # (..., V)")], "0 instead of -inf"),
+    "top-k-in-place": (TOPK, [("logits.masked_fill(", "logits.masked_fill_(")], "in place"),
+    "top-k-whole-batch": (TOPK, [("torch.topk(logits, k, dim=-1).values[..., -1:]", "logits.flatten().sort(descending=True).values[k - 1]")], "whole batch"),
+    "top-p-drops-crossing-token": (TOPP, [(MASS, "mass_before = torch.cumsum(sorted_probs, dim=-1)"), ("mass_before >= p", "mass_before > p")], "crosses p"),
+    "top-p-not-sorted": (TOPP, [(SORT, "sorted_probs, order = probs, torch.arange(probs.shape[-1]).expand(probs.shape)")], "did not sort"),
+    "top-p-not-scattered-back": (TOPP, [(UNSORT, "remove = remove_sorted")], "scatter"),
+    "top-p-ascending": (TOPP, [("descending=True", "descending=False")], "ascending"),
+    "top-p-zero-not-inf": (TOPP, [('float("-inf"))  # (..., V)', "0.0)  # (..., V)")], "0 instead of -inf"),
+    "sample-multiplies-temperature": (SAMPLE, [(TEMPER, "logits = logits * temperature")], "multiplies the logits"),
+    "sample-ignores-generator": (SAMPLE, [("generator=generator)", ")")], "Pass the generator on"),
+    "sample-keeps-draw-dimension": (SAMPLE, [("return ids.reshape(logits.shape[:-1])", "return ids")], "shape (N,)"),
+    "sample-no-greedy": (SAMPLE, [("if temperature == 0:", "if False:")], "Temperature 0 means greedy"),
+    "sample-argmax-always": (SAMPLE, [(DRAW, "ids = flat.argmax(dim=-1, keepdim=True)  # (N, 1)")], "argmax"),
+    "sample-softmax-before-filters": (
+        SAMPLE,
+        [(TEMPER, "logits = torch.softmax(apply_temperature(logits, temperature), dim=-1)"),
+         ("probs = torch.softmax(logits, dim=-1)  # (..., V)", "probs = logits")],
+        "softmax before filtering",
+    ),
+    "sample-top-p-before-temperature": (
+        SAMPLE,
+        [(TEMPER, "pass"), ("probs = torch.softmax(logits, dim=-1)", "probs = torch.softmax(apply_temperature(logits, temperature), dim=-1)")],
+        "top-p before the temperature",
+    ),
+    "sample-temperature-on-probabilities": (
+        SAMPLE, [(TEMPER, "pass"), ("probs = torch.softmax(logits, dim=-1)", "probs = torch.softmax(logits, dim=-1) / temperature")],
+        "temperature has no effect",
+    ),
+}
+
+ALTERNATIVES = {
+    "temperature-reciprocal": {TEMP: '''
+def apply_temperature(logits, temperature):
+    return torch.mul(logits, 1.0 / temperature)
+'''},
+    "top-k-sort": {TOPK: '''
+def top_k_filter(logits, k):
+    if k >= logits.size(-1):
+        return logits.clone()
+    values, _ = logits.sort(dim=-1, descending=True)
+    threshold = values[..., k - 1].unsqueeze(-1)
+    return torch.where(logits >= threshold, logits, torch.full_like(logits, -float("inf")))
+'''},
+    "top-p-index-with-order": {TOPP: '''
+def top_p_filter(logits, p):
+    probs = logits.softmax(dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    cumulative = sorted_probs.cumsum(dim=-1)
+    keep_sorted = torch.cat([torch.ones_like(cumulative[..., :1], dtype=torch.bool),
+                             cumulative[..., :-1] < p], dim=-1)
+    keep = torch.zeros_like(keep_sorted)
+    keep.scatter_(-1, order, keep_sorted)
+    out = logits.clone()
+    out[~keep] = float("-inf")
+    return out
+'''},
+    "sample-categorical-style": {SAMPLE: '''
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature <= 0:
+        return torch.argmax(logits, dim=-1)
+    scaled = apply_temperature(logits, temperature)
+    if top_k:
+        scaled = top_k_filter(scaled, top_k)
+    if top_p:
+        scaled = top_p_filter(scaled, top_p)
+    probs = F.softmax(scaled, dim=-1)
+    if probs.dim() == 1:
+        return torch.multinomial(probs, 1, generator=generator)[0]
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+'''},
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in MISTAKES.items()}
+    for name, answers in ALTERNATIVES.items():
+        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
+    return grade_submissions(A, subs, tmp_path_factory.mktemp("l08"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MISTAKES))
+def test_mistake_loses_exactly_its_exercise(graded, name):
+    exercise, _, words = MISTAKES[name]
+    for r in graded[graded.student_id == name].itertuples():
+        if r.exercise == exercise:
+            assert r.score == 0 and r.status == "failed", (r.status, r.message)
+            assert words in r.message, r.message
+        else:
+            assert r.score == r.max_score, (r.exercise, r.message)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
+def test_alternative_correct_answers_get_full_marks(graded, name):
+    for exercise in ALTERNATIVES[name]:
+        r = row(graded, name, exercise)
+        assert (r.score, r.status) == (r.max_score, "passed"), r.message
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference itself, on a fixed distribution
+
+
+def test_top_k_keeps_ties_and_everything_when_k_is_large():
+    logits = torch.tensor([[1.0, 3.0, 2.0, 2.0, 0.0]])
+    out = top_k_filter(logits, 2)
+    assert (out > float("-inf")).tolist() == [[False, True, True, True, False]]
+    assert torch.equal(top_k_filter(logits, 9), logits)
+
+
+def test_top_p_keeps_the_crossing_token_and_always_the_top_one():
+    probs = torch.tensor([0.15, 0.5, 0.05, 0.3])
+    logits = probs.log()
+    kept = top_p_filter(logits, 0.7) > float("-inf")
+    assert kept.tolist() == [False, True, False, True]  # 0.5, then 0.3 crosses 0.7
+    assert (top_p_filter(logits, 0.1) > float("-inf")).tolist() == [False, True, False, False]
+
+
+def test_sample_next_greedy_shapes_and_reproducibility():
+    logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 1.0]])
+    assert sample_next(logits, temperature=0).tolist() == [1, 0]
+    assert sample_next(logits[0], temperature=0).shape == ()
+    a = sample_next(logits.repeat(50, 1), generator=torch.Generator().manual_seed(3))
+    b = sample_next(logits.repeat(50, 1), generator=torch.Generator().manual_seed(3))
+    assert a.shape == (100,) and a.dtype == torch.long and torch.equal(a, b)

@@ -1,0 +1,198 @@
+"""helpers.training: the loop learns, evaluation is clean, runs repeat, checkpoints round-trip."""
+
+import math
+import pickle
+
+import pandas as pd
+import pytest
+import torch
+
+from helpers.data import CharVocab
+from helpers.reference.transformer_lm import Config, TransformerLM
+from helpers.training import (
+    LOG_COLUMNS,
+    CheckpointError,
+    TrainConfig,
+    configure_optimizer,
+    estimate_loss,
+    learning_rate,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+    seed_everything,
+    train,
+)
+
+TEXT = "to be or not to be, that is the question. " * 60
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    vocab = CharVocab.from_text(TEXT)
+    ids = vocab.encode(TEXT)
+    split = int(0.9 * len(ids))
+    config = Config(n_vocab=len(vocab), max_len=16, emb_dim=24, n_hidden=48, head_dim=8, n_heads=3, n_layers=1)
+    return vocab, (ids[:split], ids[split:]), config
+
+
+def quick(**overrides):
+    settings = dict(steps=40, batch_size=8, block_size=16, lr=1e-2, min_lr=1e-3, warmup_steps=5,
+                    eval_every=20, eval_batches=4, log_every=5, progress=False)
+    return TrainConfig(**{**settings, **overrides})
+
+
+def test_loss_decreases_on_a_tiny_text(tiny):
+    vocab, data, config = tiny
+    seed_everything(0)
+    model = TransformerLM(config)
+    log = train(model, data, quick())
+    assert list(log.columns) == list(LOG_COLUMNS)
+    evals = log.val_loss.dropna()
+    assert list(log.step[log.val_loss.notna()]) == [0, 20, 40]
+    assert evals.iloc[0] == pytest.approx(math.log(len(vocab)), abs=0.3)  # untrained: about uniform
+    assert evals.iloc[-1] < evals.iloc[0] - 1.0
+    assert log.train_loss.dropna().iloc[-1] < log.train_loss.dropna().iloc[0]
+    assert (log.tokens_per_s.dropna() > 0).all() and log.elapsed_s.is_monotonic_increasing
+    assert log.attrs["config"]["steps"] == 40 and log.attrs["train_s"] > 0
+
+
+def test_same_seed_same_run(tiny):
+    _, data, config = tiny
+    runs = []
+    for _ in range(2):
+        seed_everything(3)
+        model = TransformerLM(config)
+        log = train(model, data, quick(steps=12, eval_every=6))
+        runs.append((log, model.state_dict()))
+    (log_a, state_a), (log_b, state_b) = runs
+    pd.testing.assert_series_equal(log_a.train_loss, log_b.train_loss)
+    pd.testing.assert_series_equal(log_a.val_loss, log_b.val_loss)
+    assert all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+
+
+def test_a_custom_step_and_callback_are_used(tiny):
+    _, data, config = tiny
+    calls, frames = [], []
+
+    def step(model, optimizer, x, y, grad_clip=None):
+        calls.append((tuple(x.shape), grad_clip, optimizer.param_groups[0]["lr"]))
+        return 1.5
+
+    train(TransformerLM(config), data, quick(steps=10, eval_every=5, grad_clip=0.5), step_fn=step, callback=frames.append)
+    assert len(calls) == 10 and calls[0][:2] == ((8, 16), 0.5)
+    assert calls[0][2] == pytest.approx(1e-2 / 5)  # warm-up starts at lr / warmup_steps
+    assert [len(f) for f in frames] == [1, 2, 3]  # after the evaluations at steps 0, 5 and 10
+    assert frames[-1].train_loss.dropna().eq(1.5).all()
+
+
+def test_a_step_that_returns_a_tensor_is_refused(tiny):
+    _, data, config = tiny
+
+    def step(model, optimizer, x, y, grad_clip=None):
+        return torch.tensor(1.0, requires_grad=True)
+
+    with pytest.raises(TypeError, match=r"loss\.item\(\)"):
+        train(TransformerLM(config), data, quick(steps=2), step_fn=step)
+
+
+def test_learning_rate_schedule():
+    cfg = TrainConfig(steps=1000, lr=1e-3, min_lr=1e-4, warmup_steps=100)
+    assert learning_rate(0, cfg) == pytest.approx(1e-5)
+    assert learning_rate(99, cfg) == pytest.approx(1e-3)
+    assert learning_rate(100, cfg) == pytest.approx(1e-3)
+    assert learning_rate(999, cfg) == pytest.approx(1e-4)
+    rates = [learning_rate(s, cfg) for s in range(100, 1000)]
+    assert all(a >= b for a, b in zip(rates, rates[1:], strict=False))
+    flat = TrainConfig(steps=10, lr=3e-3, warmup_steps=0, cosine=False)
+    assert {learning_rate(s, flat) for s in range(10)} == {3e-3}
+
+
+def test_weight_decay_on_matrices_only_and_tied_weights_once(tiny):
+    _, _, config = tiny
+    model = TransformerLM(config)
+    decay, no_decay = configure_optimizer(model, lr=1e-3, weight_decay=0.1).param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    ids = [id(p) for g in (decay, no_decay) for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+
+
+def test_estimate_loss_is_clean(tiny):
+    _, (train_ids, val_ids), config = tiny
+    model = TransformerLM(config).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    a = estimate_loss(model, val_ids, batch_size=4, block_size=16, n_batches=3)
+    b = estimate_loss(model, val_ids, batch_size=4, block_size=16, n_batches=3)
+    assert a == b and model.training  # the same batches; the mode is restored
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def test_checkpoint_round_trip_gives_identical_logits(tiny, tmp_path):
+    vocab, data, config = tiny
+    seed_everything(1)
+    model = TransformerLM(config)
+    train(model, data, quick(steps=5, eval_every=0))
+    path = save_checkpoint(tmp_path / "sub" / "model.pt", model, config, vocab, extra={"val_loss": 1.25, "note": [1, "a"]})
+    loaded, loaded_config, loaded_vocab = load_checkpoint(path)
+    x = data[1][:16].unsqueeze(0)  # (1, T)
+    with torch.no_grad():
+        assert torch.equal(model.eval()(x), loaded(x))
+    assert loaded_config == config and loaded_vocab == vocab and not loaded.training
+    assert read_checkpoint(path)["extra"] == {"val_loss": 1.25, "note": [1, "a"]}
+    assert not list(tmp_path.joinpath("sub").glob(".*tmp"))  # no temporary file left behind
+
+
+def test_tied_weights_stay_tied_and_untied_stay_untied(tiny, tmp_path):
+    vocab, _, config = tiny
+    tied = load_checkpoint(save_checkpoint(tmp_path / "tied.pt", TransformerLM(config), config, vocab))[0]
+    assert tied.lm_head.weight is tied.word_to_embedding.weight
+    with torch.no_grad():
+        tied.word_to_embedding.weight[0, 0] = 7.0
+    assert tied.lm_head.weight[0, 0] == 7.0
+    untied_config = Config(**{**config.__dict__, "tie_weights": False})
+    untied_model = TransformerLM(untied_config)
+    untied = load_checkpoint(save_checkpoint(tmp_path / "untied.pt", untied_model, untied_config, vocab))[0]
+    assert untied.lm_head.weight is not untied.word_to_embedding.weight
+    assert torch.equal(untied.lm_head.weight, untied_model.lm_head.weight)
+
+
+class Opaque:
+    pass
+
+
+def test_bad_checkpoints_give_clear_errors(tiny, tmp_path):
+    vocab, _, config = tiny
+    model = TransformerLM(config)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="could not be read"):
+        load_checkpoint(garbage)
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(3)}, other)
+    with pytest.raises(CheckpointError, match="not a checkpoint of this course"):
+        load_checkpoint(other)
+    pickled = tmp_path / "pickled.pt"
+    pickled.write_bytes(pickle.dumps({"format": Opaque()}, protocol=2))
+    with pytest.raises(CheckpointError):
+        load_checkpoint(pickled)
+
+    good = save_checkpoint(tmp_path / "good.pt", model, config, vocab)
+    payload = torch.load(good, weights_only=True)
+    del payload["state_dict"]["final_norm.weight"]
+    torch.save(payload, tmp_path / "incomplete.pt")
+    with pytest.raises(CheckpointError, match="final_norm.weight"):
+        load_checkpoint(tmp_path / "incomplete.pt")
+    payload = torch.load(good, weights_only=True)
+    payload["config"]["dropout"] = 0.1
+    torch.save(payload, tmp_path / "newer.pt")
+    with pytest.raises(CheckpointError, match="dropout"):
+        load_checkpoint(tmp_path / "newer.pt")
+    with pytest.raises(TypeError, match=r"extra\['when'\]"):
+        save_checkpoint(tmp_path / "bad.pt", model, config, vocab, extra={"when": Opaque()})
