@@ -37,7 +37,6 @@ from helpers.params import num_parameters  # noqa: E402
 from helpers.reference.transformer_lm import Config, TransformerLM  # noqa: E402
 from helpers.training import TrainConfig, estimate_loss, save_checkpoint, seed_everything, train  # noqa: E402
 
-
 #: ``--preset fast``: our own settings, tuned to reach nanoGPT's validation loss in its wall time
 #: with the course's (slower per step) reference model: more tokens per step, fewer steps, a
 #: higher learning rate, a shorter warm-up. Explicit options still override them.
