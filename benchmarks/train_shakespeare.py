@@ -28,14 +28,10 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run from a checkout without installing the course
-    sys.path.insert(0, str(ROOT))
-
-from helpers.data import shakespeare_dataset  # noqa: E402
-from helpers.params import num_parameters  # noqa: E402
-from helpers.reference.transformer_lm import Config, TransformerLM  # noqa: E402
-from helpers.training import TrainConfig, estimate_loss, save_checkpoint, seed_everything, train  # noqa: E402
+from helpers.data import shakespeare_dataset
+from helpers.params import num_parameters
+from helpers.reference.transformer_lm import Config, TransformerLM
+from helpers.training import TrainConfig, estimate_loss, save_checkpoint, seed_everything, train
 
 #: ``--preset fast``: our own settings, tuned to reach nanoGPT's validation loss in its wall time
 #: with the course's (slower per step) reference model: more tokens per step, fewer steps, a
