@@ -190,7 +190,7 @@ def cmd_demo(args) -> int:
     try:
         submitted = build_demo_class(root, base / "submitted")
         print(f"demo class written to {submitted}; grading with {args.jobs} jobs ...", file=sys.stderr)
-        limits = Limits(wall_s=120, cell_s=5)
+        limits = Limits(wall_s=300, cell_s=20)
         frame = grade_class(root, submitted, base / "graded", jobs=args.jobs, limits=limits)
         print(frame[["student_id", "assignment", "exercise", "score", "max_score", "status"]].to_string(index=False))
         print()
