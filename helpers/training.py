@@ -254,7 +254,7 @@ def train(
 
     The log has one row every ``log_every`` steps and one at every evaluation, with the columns
     ``LOG_COLUMNS``: ``step`` (updates done), ``train_loss`` (mean training loss of the updates
-    since the previous row), ``val_loss`` (NaN when not evaluated at that step), ``lr`` (of the
+    since the previous row; at step 0, the untrained model's loss on training batches), ``val_loss`` (NaN when not evaluated at that step), ``lr`` (of the
     last update), ``tokens_per_s`` (training throughput since the previous row, evaluation time
     excluded) and ``elapsed_s`` (wall-clock seconds since the start, evaluation included).
     ``log.attrs`` holds the config (``"config"``) and the seconds spent training and evaluating
@@ -301,11 +301,11 @@ def train(
 
     bar = tqdm(total=config.steps, desc="training", unit="step", disable=not config.progress)
     try:
-        if config.eval_at_start:
+        if config.eval_at_start:  # the untrained model, on training batches too (no update yet)
+            pending.append(estimate_loss(model, train_ids, batch_size=B, block_size=T, n_batches=config.eval_batches))
             add_row(0, learning_rate(0, config), evaluate())
             if callback is not None:
                 callback(frame())
-        lr = learning_rate(0, config)
         for step in range(config.steps):
             lr = learning_rate(step, config)
             for group in optimizer.param_groups:
@@ -443,16 +443,19 @@ def save_checkpoint(
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; give it the usual permissions
+    # a private folder next to the target, holding a file of the target's name: torch.save names the
+    # archive's records after the file, so the same model always gives the same bytes
+    folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    tmp = folder / path.name
     try:
         torch.save(payload, tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # the usual permissions, not the private folder's
         os.replace(tmp, path)
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+        folder.rmdir()
     return path
 
 

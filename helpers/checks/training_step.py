@@ -13,16 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch._dynamo  # noqa: F401 - see below
 import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers.checks.core import Check, CheckFailed, close, describe, first_mismatch
-
-# Importing torch._dynamo replaces torch.manual_seed with a wrapped version, and PyTorch imports it
-# the first time any optimizer is created. The grader flags a notebook that replaced
-# torch.manual_seed as tampering, so every notebook that trains would be flagged. Importing it here,
-# with the checks (before the grader takes its snapshot), makes the wrapped version the original.
 
 TOL = 1e-9  # float64 all the way: a correct step matches the reference to rounding
 
