@@ -2,7 +2,7 @@
 
 With ``bwrap`` the fork server (and so every student's notebook) runs in a view of the machine
 where everything is read-only, the course checkout shows only the installed code (``helpers/``,
-``autograder/``, ``checkpoints/`` and a virtual environment inside it), the reference modules of the lesson being
+``autograder/`` and a virtual environment inside it), the reference modules of the lesson being
 graded and of later lessons are empty files, the instructor's home, ``/tmp``, the submissions and
 the output folder are empty, there is no network, and process ids of the grader are not visible.
 Without it (``--sandbox none``, or where bubblewrap is missing), the child still gets resource
@@ -110,7 +110,7 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
         if folder.exists():
             args += ["--tmpfs", str(folder)]
     # put back what the grading code needs: the installed packages and Python itself
-    keep = {root / "helpers", root / "autograder", root / "checkpoints", Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    keep = {root / "helpers", root / "autograder", Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
     for path in sys.path:
         if path and Path(path).is_dir():
             keep.add(Path(path).resolve())

@@ -8,7 +8,7 @@ with lr 1e-3 warmed up over 100 steps and decayed to 1e-4, gradient clipping at 
 
     python benchmarks/train_shakespeare.py                      # nanoGPT's settings
     python benchmarks/train_shakespeare.py --preset fast        # ours: nanoGPT's loss in its time
-    python benchmarks/train_shakespeare.py --save checkpoints/shakespeare-char.pt   # lesson 08's model
+    python benchmarks/train_shakespeare.py --save          # also keep it as lesson 08's model (the cache)
     python benchmarks/train_shakespeare.py --steps 50 --eval-batches 5   # a smoke test
 
 The validation loss is the mean over ``--eval-batches`` batches of the last 10 % of the text.
@@ -31,7 +31,14 @@ import torch
 from helpers.data import shakespeare_dataset
 from helpers.params import num_parameters
 from helpers.reference.transformer_lm import Config, TransformerLM
-from helpers.training import TrainConfig, estimate_loss, save_checkpoint, seed_everything, train
+from helpers.training import (
+    TrainConfig,
+    course_checkpoint_path,
+    estimate_loss,
+    save_checkpoint,
+    seed_everything,
+    train,
+)
 
 #: ``--preset fast``: our own settings, tuned to reach nanoGPT's validation loss in its wall time
 #: with the course's (slower per step) reference model: more tokens per step, fewer steps, a
@@ -64,7 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (2)")
     p.add_argument("--seed", type=int, default=1337, help="seeds the initialisation and the batches (1337)")
     p.add_argument("--untied", action="store_true", help="separate input and output embeddings")
-    p.add_argument("--save", type=Path, default=None, help="write a checkpoint here")
+    p.add_argument("--save", type=Path, nargs="?", const=course_checkpoint_path(), default=None,
+                   help=f"write a checkpoint here (no path: {course_checkpoint_path()}, which lesson 08 loads)")
     p.add_argument("--progress", action="store_true", help="show a progress bar")
     preset = p.parse_known_args(argv)[0].preset
     p.set_defaults(**PRESETS[preset])

@@ -37,7 +37,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from helpers.data import CharDataset, CharVocab, get_batch
+from helpers.data import CharDataset, CharVocab, default_cache_dir, get_batch
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -45,7 +45,9 @@ __all__ = [
     "CheckpointError",
     "LiveLossPlot",
     "TrainConfig",
+    "CHECKPOINT_ENV_VAR",
     "configure_optimizer",
+    "course_checkpoint_path",
     "estimate_loss",
     "learning_rate",
     "load_checkpoint",
@@ -372,6 +374,24 @@ class LiveLossPlot:
 # --------------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------------
+
+
+#: an explicit path for the course's trained character model (lesson 07 writes it, lesson 08 reads it)
+CHECKPOINT_ENV_VAR = "TRANSFORMER_COURSE_CHECKPOINT"
+CHECKPOINT_NAME = "shakespeare-char.pt"
+
+
+def course_checkpoint_path() -> Path:
+    """Where the course keeps the character model that lesson 07 trains and lesson 08 loads.
+
+    ``$TRANSFORMER_COURSE_CHECKPOINT`` if it is set, else ``shakespeare-char.pt`` in the course's
+    cache folder (``helpers.data.default_cache_dir()``), the same in every folder a notebook is
+    opened from. The file may not exist yet: nothing is created here.
+    """
+    explicit = os.environ.get(CHECKPOINT_ENV_VAR)
+    if explicit:
+        return Path(explicit).expanduser()
+    return default_cache_dir() / CHECKPOINT_NAME
 
 
 class CheckpointError(ValueError):
