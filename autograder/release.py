@@ -134,9 +134,12 @@ def find_leaks(root: Path, release_dir: Path) -> list[str]:
     return leaks
 
 
-def release(root: Path, out_dir: Path | None = None) -> list[str]:
-    """Regenerate references and the release; returns a line per changed file. Raises on a leak."""
-    changed = [f"wrote {p}" for p in write_references(root)]
+def release(root: Path, out_dir: Path | None = None, write_reference: bool = True) -> list[str]:
+    """Regenerate references and the release; returns a line per changed file. Raises on a leak.
+
+    ``write_reference=False`` leaves ``helpers/reference/`` alone (``release --check`` writes the
+    release into a temporary ``out_dir`` and compares; it must change nothing in the course)."""
+    changed = [f"wrote {p}" for p in write_references(root)] if write_reference else []
     target = out_dir or root / RELEASE
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "release"

@@ -3,6 +3,7 @@ is current and leaks nothing, and the notebooks follow the course's conventions.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,30 @@ def test_release_is_current_and_leaks_nothing():
         cwd=ROOT, capture_output=True, text=True, env=tool_env(),
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_release_check_writes_nothing_and_names_what_is_stale(tmp_path):
+    course = tmp_path / "course"
+    for name in ("solutions", "notebooks", "helpers", "nbgrader_config.py", "autograder"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, course / name, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+        else:
+            shutil.copyfile(src, course / name)
+    reference = course / "helpers" / "reference" / "attention.py"
+    reference.write_text(reference.read_text(encoding="utf-8") + "# edited by hand\n", encoding="utf-8")
+    release_nb = course / RELEASE / LESSONS[0].assignment / LESSONS[0].filename
+    release_nb.write_bytes(release_nb.read_bytes().replace(b"Exercise", b"Exercice", 1))
+    before = {p: p.read_bytes() for p in course.rglob("*") if p.is_file()}
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder.cli", "release", "--check"],
+        cwd=course, capture_output=True, text=True, env=dict(tool_env(), TRANSFORMER_COURSE_ROOT=str(course)),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "helpers/reference/attention.py" in done.stdout and LESSONS[0].filename in done.stdout, done.stdout
+    after = {p: p.read_bytes() for p in course.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert {p: b for p, b in before.items() if "__pycache__" not in p.parts} == after, "release --check changed files"
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
