@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,3 +148,23 @@ def lessons(root: Path, folder: str = SOLUTIONS) -> list[Lesson]:
         if ".ipynb_checkpoints" not in path.parts:
             found.append(load_lesson(path, path.parent.name))
     return found
+
+
+#: the sentence of a lesson's first cell that states its run time, e.g. "about 2 to 4 minutes on
+#: two CPU cores" or "in under a minute on two CPU cores"
+RUN_TIME = re.compile(
+    r"(?:(?P<low>\d+(?:\.\d+)?)\s*(?:to|–|-)\s*)?(?P<high>\d+(?:\.\d+)?|a|one)\s+(?P<unit>seconds?|minutes?)"
+    r"[^.]*?\b(?:two|2) (?:CPU )?cores",
+    re.I,
+)
+
+
+def stated_run_time_s(notebook: dict) -> float | None:
+    """The upper bound, in seconds, that the lesson's first cell states for its full setting."""
+    first = next((c for c in notebook["cells"] if c["cell_type"] == "markdown"), None)
+    match = RUN_TIME.search(cell_source(first)) if first else None
+    if not match:
+        return None
+    high = match["high"].lower()
+    value = 1.0 if high in ("a", "one") else float(high)
+    return value * (60.0 if match["unit"].lower().startswith("minute") else 1.0)
