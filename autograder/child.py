@@ -29,6 +29,7 @@ from autograder import lesson_checks  # noqa: E402, F401 - every lesson's checks
 
 IN_SANDBOX = False  # True in a grading child (set first thing in main)
 _dumps = json.dumps  # ours, before any student code could replace json.dumps
+PROGRESS = "progress"  # the index of the step running now, rewritten before each step
 KEEP_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg"}
 
 
@@ -149,6 +150,14 @@ def _changed_and_restore(snapshot, registry: dict) -> list[str]:
     return changed
 
 
+def _say_running(fd: int, index: int) -> None:
+    """Tell the fork server which step runs now: it kills a step that outlives its alarm."""
+    try:
+        os.pwrite(fd, f"{index:>10}\n".encode(), 0)
+    except OSError:
+        pass
+
+
 def main(payload, workdir: str, limits) -> None:
     """Run the steps; write one JSON line per step to results.jsonl; exit without cleanup."""
     global IN_SANDBOX
@@ -172,7 +181,9 @@ def main(payload, workdir: str, limits) -> None:
     snapshot = _watched()
     registry = dict(checks_core.REGISTRY)
     tampered: list[str] = []
-    for kind, step_id, source in payload:
+    progress = os.open(os.path.join(workdir, PROGRESS), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    for index, (kind, step_id, source) in enumerate(payload):
+        _say_running(progress, index)
         line: dict = {"step": step_id, "kind": kind}
         records = None
         if kind == "test":
@@ -206,6 +217,7 @@ def main(payload, workdir: str, limits) -> None:
             line = {"step": step_id, "kind": kind, "status": "error", "tampered": [f"the grader's code: {_describe(exc)}"]}
         plt.close("all")
         write(line)
+    _say_running(progress, len(payload))
     write({"step": "__done__"})
     results.close()
     sys.stdout.flush()

@@ -4,6 +4,12 @@ It pays for the heavy imports once, then forks a child per job read from stdin. 
 confines itself and runs the job (``autograder.child.main``); it never returns here. The server
 enforces the wall-clock limit: it kills the child's whole process group, then every process that
 was orphaned under it (it is a "child subreaper", so escaped grandchildren come back to it).
+
+It also watches which step the child is running (``child.PROGRESS``, rewritten before each step):
+a step that is still running ``STUCK_GRACE_S`` after its own alarm should have fired swallowed
+that alarm (``except BaseException`` around a loop does), so the server kills the job then and
+names the step, instead of letting it hold a worker until the notebook's wall-clock limit. The
+runner grades the notebook again without that step.
 """
 
 import ctypes
@@ -18,6 +24,8 @@ from autograder import child
 from autograder.runner import Limits
 
 PR_SET_CHILD_SUBREAPER = 36
+STUCK_GRACE_S = 5.0  # after a step's alarm: time for it to unwind before it counts as stuck
+POLL_S = 0.25
 
 
 def _send(out, message: dict) -> None:
@@ -54,6 +62,32 @@ def _wait(pid: int, timeout: float):
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _running_step(path: str) -> int | None:
+    try:
+        with open(path, "rb") as fh:
+            return int(fh.read(64).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _watch(pid: int, limits: Limits, progress: str):
+    """Wait for the child; returns (wait status or None, index of a stuck step or None)."""
+    deadline = time.monotonic() + limits.wall_s
+    step, since = None, time.monotonic()
+    while True:
+        status = _wait(pid, max(0.0, min(POLL_S, deadline - time.monotonic())))
+        if status is not None:
+            return status, None
+        now = time.monotonic()
+        if now >= deadline:
+            return None, None
+        current = _running_step(progress)
+        if current != step:
+            step, since = current, now
+        elif step is not None and now - since > limits.cell_s + STUCK_GRACE_S:
+            return None, step
 
 
 def _kill_leftovers(pid: int) -> int:
@@ -106,7 +140,7 @@ def serve() -> None:
                 child.main(request["payload"], request["workdir"], limits)
             finally:
                 os._exit(70)
-        status = _wait(pid, limits.wall_s)
+        status, stuck = _watch(pid, limits, os.path.join(request["workdir"], child.PROGRESS))
         timed_out = status is None
         if timed_out:
             try:
@@ -116,7 +150,7 @@ def serve() -> None:
             status = _wait(pid, 30)
         _kill_leftovers(pid)
         code = os.waitstatus_to_exitcode(status) if status is not None else None
-        _send(stdout, {"exit": code, "timed_out": timed_out})
+        _send(stdout, {"exit": code, "timed_out": timed_out, "stuck": stuck})
 
 
 if __name__ == "__main__":

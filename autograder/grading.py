@@ -31,6 +31,10 @@ from autograder.runner import JobResult, Limits, Step, run_steps
 from autograder.sandbox import Isolation
 from helpers.checks.core import REGISTRY, CheckFailed, decode
 
+STUCK_MESSAGE = (
+    "{what} ran past the time limit and went on after being told to stop, so it was killed and the "
+    "notebook was graded again without it (an infinite loop inside `except:` or `except BaseException:`?)"
+)
 STATUSES = ("passed", "failed", "error", "timeout", "crashed", "missing", "invalid", "tampered")
 # when tests of one exercise disagree, the exercise shows the most serious status
 SEVERITY = {s: i for i, s in enumerate(STATUSES)}
@@ -175,6 +179,8 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
     if job.count(test.grade_id) > 1:
         return result("tampered", "the results of this test were written more than once: forged by the notebook")
     if answer_line and answer_line.get("status") == "timeout":
+        if answer_line.get("stuck"):
+            return result("timeout", STUCK_MESSAGE.format(what="your answer cell"))
         return result("timeout", "your answer cell ran past the time limit (an infinite loop?)")
     if line is None:
         if job.timed_out:
@@ -185,6 +191,8 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
             return result("tampered", "the results of this test were removed by the notebook")
         return result("crashed", "the notebook stopped before this test ran")
     if line.get("status") == "timeout":
+        if line.get("stuck"):
+            return result("timeout", STUCK_MESSAGE.format(what="the test (running your code)"))
         return result("timeout", "the test ran past the time limit (an infinite loop in your code?)")
     if line.get("tampered"):
         return result("tampered", "the notebook replaced what the tests rely on: " + ", ".join(map(str, line["tampered"]))[:500])

@@ -38,6 +38,7 @@ from pathlib import Path
 from autograder.sandbox import JOB_BASE, Isolation, env_for_server
 
 RESULTS = "results.jsonl"
+MAX_STUCK = 3  # steps that swallow their alarm, each removed and the notebook run again
 OUTPUT = "output.txt"
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
 
@@ -67,6 +68,7 @@ class JobResult:
     exitcode: int | None = None  # None: killed by the parent; < 0: killed by that signal
     timed_out: bool = False
     wall_s: float = 0.0
+    stuck: list[str] = field(default_factory=list)  # steps killed for ignoring their alarm, then left out
     output_tail: str = ""
 
     def count(self, step_id: str) -> int:
@@ -110,16 +112,18 @@ class ForkServer:
             raise RuntimeError("the grading fork server stopped")
         return json.loads(line)
 
-    def run(self, payload: list, workdir: str, limits: Limits) -> tuple[int | None, bool]:
-        """Run one job; returns (exit code or None if killed for time, timed_out)."""
+    def run(self, payload: list, workdir: str, limits: Limits) -> tuple[int | None, bool, int | None]:
+        """Run one job; returns (exit code or None if killed for time, timed_out, the index of
+        the step that outlived its alarm and was killed, or None)."""
         request = {"payload": payload, "workdir": workdir, "limits": asdict(limits)}
         self.process.stdin.write((json.dumps(request) + "\n").encode())
         self.process.stdin.flush()
         answer = self._read(timeout=limits.wall_s + 60)
         if answer is None:  # the server itself is stuck: end it and everything under it
             self.close(force=True)
-            return None, True
-        return (None if answer["timed_out"] else answer["exit"]), bool(answer["timed_out"])
+            return None, True, None
+        stuck = answer.get("stuck")
+        return (None if answer["timed_out"] else answer["exit"]), bool(answer["timed_out"]), stuck
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -194,17 +198,37 @@ def default_isolation() -> Isolation:
 
 
 def run_steps(steps: list[Step], limits: Limits | None = None, isolation: Isolation | None = None) -> JobResult:
-    """Run ``steps`` in a fresh child process under ``limits``; never raises for student faults."""
+    """Run ``steps`` in a fresh child process under ``limits``; never raises for student faults.
+
+    A step that ignores its alarm is killed a few seconds later (not at the notebook's wall-clock
+    limit); the notebook then runs again without it, so its other exercises still count, and the
+    result reports that step as a timeout (at most ``MAX_STUCK`` such steps)."""
     limits = limits or Limits()
-    isolation = isolation or default_isolation()
+    stuck: list[Step] = []
+    spent = 0.0
+    while True:
+        left = [s for s in steps if s not in stuck]
+        result, index = _run_once(left, limits, isolation or default_isolation())
+        spent += result.wall_s
+        if index is None or not isinstance(index, int) or not 0 <= index < len(left) or len(stuck) >= MAX_STUCK:
+            break
+        stuck.append(left[index])
+    result.wall_s = spent
+    result.stuck = [s.id for s in stuck]
+    # what the parent itself saw: the step ran past its alarm and was killed
+    result.lines = [{"step": s.id, "kind": s.kind, "status": "timeout", "stuck": True} for s in stuck] + result.lines
+    return result
+
+
+def _run_once(steps: list[Step], limits: Limits, isolation: Isolation) -> tuple[JobResult, int | None]:
     server = _acquire(isolation)
     try:
         with tempfile.TemporaryDirectory(prefix="job-", dir=server.job_base) as workdir:
             os.chmod(workdir, 0o700)
             payload = [(s.kind, s.id, s.source) for s in steps]
             start = time.monotonic()
-            exitcode, timed_out = server.run(payload, workdir, limits)
-            result = JobResult(exitcode=exitcode, timed_out=timed_out)
+            exitcode, timed_out, stuck = server.run(payload, workdir, limits)
+            result = JobResult(exitcode=exitcode, timed_out=timed_out and stuck is None)
             result.wall_s = time.monotonic() - start
             result.lines = _read_lines(Path(workdir) / RESULTS)
             result.output_tail = _tail(Path(workdir) / OUTPUT)
@@ -212,7 +236,7 @@ def run_steps(steps: list[Step], limits: Limits | None = None, isolation: Isolat
         server.close(force=True)
         raise
     _release(server)
-    return result
+    return result, stuck
 
 
 def _read_lines(path: Path) -> list[dict]:

@@ -1,0 +1,70 @@
+"""A cell that swallows its alarm costs seconds, not the notebook's whole wall-clock limit.
+
+`except BaseException:` (or a bare `except:`) around a retry loop catches the grader's per-cell
+alarm and goes on. The fork server sees that step still running a few seconds after its alarm,
+kills the job, and the runner grades the notebook again without that step: the other exercises
+keep their points, and the stuck one is a timeout whose message says what happened.
+"""
+
+import copy
+import json
+import time
+
+import pytest
+from harness import ROOT, solution_answers
+
+from autograder.course import load_lesson
+from autograder.demo import _with_answers
+from autograder.grading import grade_notebook
+from autograder.runner import Limits, Step, run_steps
+
+A = "03-self-attention"
+NB = "03-self-attention.ipynb"
+LESSON = load_lesson(ROOT / "solutions" / A / NB, A)
+RELEASE = json.loads((ROOT / "notebooks" / A / NB).read_text())
+ANSWERS = solution_answers(A)
+SWALLOW = "import time\nwhile True:\n    try:\n        time.sleep(0.05)\n    except BaseException:\n        pass\n"
+LIMITS = Limits(wall_s=300, cell_s=2)  # a stuck step must cost about cell_s + grace, far below wall_s
+
+
+def graded(tmp_path, notebook):
+    path = tmp_path / NB
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    start = time.monotonic()
+    result = grade_notebook(LESSON, path, "student", LIMITS)
+    return {e.exercise: e for e in result.exercises}, time.monotonic() - start
+
+
+def test_a_stuck_step_is_killed_and_the_rest_runs_without_it():
+    steps = [Step("code", "a", "x = 1"), Step("code", "stuck", SWALLOW), Step("code", "b", "y = x + 1")]
+    start = time.monotonic()
+    job = run_steps(steps, LIMITS)
+    elapsed = time.monotonic() - start
+    assert job.stuck == ["stuck"]
+    assert job.step("stuck")["status"] == "timeout" and job.step("stuck")["stuck"]
+    assert job.step("b")["status"] == "ok" and job.step("__done__") is not None
+    assert not job.timed_out
+    assert elapsed < 60, f"{elapsed:.0f} s: the stuck step held the job until the wall-clock limit"
+
+
+@pytest.mark.slow
+def test_a_stuck_answer_costs_only_its_exercise(tmp_path):
+    notebook = _with_answers(RELEASE, dict(ANSWERS, **{"attention-head": SWALLOW}))
+    exercises, elapsed = graded(tmp_path, notebook)
+    assert exercises["causal-mask"].status == "passed"
+    head = exercises["attention-head"]
+    assert head.status == "timeout" and head.score == 0
+    assert any("except BaseException" in t.message for t in head.tests), [t.message for t in head.tests]
+    assert elapsed < 90, f"{elapsed:.0f} s"
+
+
+@pytest.mark.slow
+def test_a_stuck_extra_cell_costs_nothing_when_nothing_needs_it(tmp_path):
+    notebook = _with_answers(RELEASE, ANSWERS)
+    extra = {"cell_type": "code", "metadata": {}, "source": SWALLOW, "outputs": [], "execution_count": None}
+    cells = copy.deepcopy(notebook["cells"])
+    at = next(i for i, c in enumerate(cells) if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "causal-mask")
+    notebook["cells"] = cells[: at + 1] + [extra] + cells[at + 1 :]
+    exercises, elapsed = graded(tmp_path, notebook)
+    assert {name: e.status for name, e in exercises.items()} == {"causal-mask": "passed", "attention-head": "passed"}
+    assert elapsed < 90, f"{elapsed:.0f} s"
