@@ -13,6 +13,7 @@ import random
 import resource
 import signal
 import sys
+import time
 import traceback
 
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -189,6 +190,7 @@ def main(payload, workdir: str, limits) -> None:
         if kind == "test":
             namespace.update(registry)  # the course's checks, whatever the notebook bound to the names
         signal.setitimer(signal.ITIMER_REAL, limits.cell_s)
+        started = time.monotonic()
         try:
             if kind == "test":
                 with checks_core.recording() as records:
@@ -207,6 +209,7 @@ def main(payload, workdir: str, limits) -> None:
             line["traceback"] = "".join(traceback.format_exception(exc)[-4:])[-3000:]
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        line["s"] = round(time.monotonic() - started, 3)  # what the step took (informative only)
         try:
             tampered += [c for c in _changed_and_restore(snapshot, registry) if c not in tampered]
             if records is not None:
