@@ -1,0 +1,253 @@
+"""Fast unit tests of the grader's delicate pure parts, on a five-cell toy lesson and hand-written
+records: reading a lesson, building the program, decoding with budgets, judging, finding leaks.
+
+Nothing here starts a process or runs a notebook; the whole file runs in about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from autograder.course import CourseError, check_calls, load_lesson
+from autograder.grading import STUCK_MESSAGE, build_program, judge_test
+from autograder.release import find_leaks
+from autograder.runner import JobResult
+from helpers.checks.core import (
+    MAX_ELEMENTS,
+    REGISTRY,
+    Check,
+    CheckFailed,
+    Unsupported,
+    decode,
+    encode,
+)
+
+
+def _judge_double(data: dict) -> str:
+    got = data["out"]
+    if not isinstance(got, torch.Tensor) or not torch.equal(got, torch.tensor([2.0, 4.0])):
+        raise CheckFailed(f"double([1, 2]) should be [2, 4], got {got}")
+    return "double: ok"
+
+
+CHECK = Check("check_toy_double", lambda f: {"out": f(torch.tensor([1.0, 2.0]))}, _judge_double)
+HIDDEN = Check("check_toy_double_hidden", lambda f: {"out": f(torch.tensor([1.0, 2.0]))}, _judge_double, hidden=True)
+
+
+def cell(kind, source, grade_id=None, **nbgrader):
+    c = {"cell_type": kind, "id": grade_id or f"c{len(source)}", "metadata": {}, "source": source}
+    if kind == "code":
+        c.update(outputs=[], execution_count=None)
+    if grade_id:
+        c["metadata"]["nbgrader"] = {"grade_id": grade_id, **nbgrader}
+    return c
+
+
+SOLUTION = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x  # the whole answer, doubled\n    ### END SOLUTION\n"
+HIDDEN_TEST = (
+    "check_toy_double(double)\n### BEGIN HIDDEN TESTS\ncheck_toy_double_hidden(double)  # secret second look\n"
+    "### END HIDDEN TESTS\n"
+)
+
+
+def toy_notebook(answer: str = SOLUTION) -> dict:
+    """Five cells: a title, an import, the answer, its visible test, its hidden test."""
+    return {
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {"course": {"lesson": 99, "assignment": "99-toy"}},
+        "cells": [
+            cell("markdown", "# Toy lesson\n\n### Exercise 1 · double · 2 points · about 1 minute"),
+            cell("code", "import torch"),
+            cell("code", answer, "double", solution=True, grade=False),
+            cell("code", "check_toy_double(double)", "double-check", grade=True, points=1, locked=True),
+            cell("code", HIDDEN_TEST, "double-hidden", grade=True, points=1, locked=True),
+        ],
+    }
+
+
+@pytest.fixture
+def toy(tmp_path):
+    path = tmp_path / "solutions" / "99-toy" / "99-toy.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(toy_notebook()), encoding="utf-8")
+    return load_lesson(path, "99-toy")
+
+
+# --- reading a lesson -----------------------------------------------------------------------
+
+
+def test_a_lesson_is_read_into_exercises_and_tests(toy):
+    assert list(toy.exercises) == ["double"]
+    tests = toy.exercises["double"].tests
+    assert [(t.grade_id, t.points, t.hidden, t.checks) for t in tests] == [
+        ("double-check", 1.0, False, ["check_toy_double"]),
+        ("double-hidden", 1.0, True, ["check_toy_double", "check_toy_double_hidden"]),
+    ]
+    assert toy.max_score == 2 and toy.exercise_of("double-hidden").grade_id == "double"
+    assert [t.grade_id for t in toy.visible_only().tests()] == ["double-check"]
+
+
+def test_a_test_that_names_no_exercise_is_an_error(tmp_path):
+    nb = toy_notebook()
+    nb["cells"][3]["metadata"]["nbgrader"]["grade_id"] = "triple-check"
+    path = tmp_path / "99-toy.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    with pytest.raises(CourseError, match="triple-check"):
+        load_lesson(path, "99-toy")
+
+
+def test_check_calls_are_read_in_order_without_running_anything():
+    assert check_calls("check_b(f)\nx = helpers.check_a(g)\nprint(check_c)") == ["check_b", "check_a"]
+
+
+# --- building the program -------------------------------------------------------------------
+
+
+def kinds_and_ids(steps):
+    return [(s.kind, s.id) for s in steps]
+
+
+def test_the_course_tests_replace_the_students_copies(toy):
+    submission = toy_notebook("def double(x):\n    return x + x\n")
+    submission["cells"][3]["source"] = "print('I passed!')"  # edited test: ignored
+    steps, found = build_program(toy, submission)
+    assert found == {"double"}
+    assert kinds_and_ids(steps) == [("code", "cell-1"), ("code", "double"), ("test", "double-check"), ("test", "double-hidden")]
+    assert steps[2].source == "check_toy_double(double)" and "secret" in steps[3].source
+
+
+def test_tests_run_after_the_last_copy_of_a_moved_answer(toy):
+    submission = toy_notebook()
+    answer = submission["cells"].pop(2)
+    wrong = dict(answer, source="def double(x):\n    return x\n")
+    submission["cells"] = [wrong] + submission["cells"] + [answer]  # a wrong copy first, the right one last
+    steps, _ = build_program(toy, submission)
+    ids = [s.id for s in steps]
+    assert ids.index("double-check") > max(i for i, s in enumerate(steps) if s.id == "double")
+
+
+def test_a_deleted_answer_is_not_found_and_deleted_tests_still_run(toy):
+    submission = toy_notebook()
+    submission["cells"] = [c for c in submission["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") != "double"]
+    steps, found = build_program(toy, submission)
+    assert found == set() and {"double-check", "double-hidden"} <= {s.id for s in steps}
+    no_tests = toy_notebook()
+    no_tests["cells"] = no_tests["cells"][:3]
+    steps, found = build_program(toy, no_tests)
+    assert found == {"double"} and [s.id for s in steps][-2:] == ["double-check", "double-hidden"]
+
+
+def test_a_retyped_answer_cell_is_still_the_answer(toy):
+    submission = toy_notebook()
+    submission["cells"][2]["cell_type"] = "markdown"
+    steps, found = build_program(toy, submission)
+    assert found == {"double"} and ("code", "double") in kinds_and_ids(steps)
+
+
+# --- decoding untrusted data ----------------------------------------------------------------
+
+
+def test_data_round_trips_and_odd_values_are_named():
+    value = {"t": torch.arange(6, dtype=torch.float64).reshape(2, 3), "n": 3, "s": "x", "l": [1.5, None, True]}
+    back = decode(json.loads(json.dumps(encode(value))))
+    assert torch.equal(back["t"], value["t"]) and back["t"].dtype == torch.float64
+    assert back["n"] == 3 and back["l"] == [1.5, None, True]
+    assert isinstance(decode(encode({"f": print})["f"]), Unsupported)
+    assert decode(encode(torch.tensor([1.0], dtype=torch.bfloat16))).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        ({"__tensor__": {"dtype": "float32", "shape": [2, 2], "data": [1, 2, 3]}}, "does not fit"),
+        ({"__tensor__": {"dtype": "complex64", "shape": [1], "data": [1]}}, "malformed"),
+        ({"__tensor__": {"dtype": "float32", "shape": [-1], "data": []}}, "shape"),
+        ({"__tensor__": {"dtype": "float32", "shape": [1], "data": ["1"]}}, "numbers"),
+        ({"__tensor__": {"dtype": "float32", "shape": [1], "data": [1], "extra": 1}}, "malformed"),
+    ],
+)
+def test_malformed_tensors_are_refused(data, words):
+    with pytest.raises(ValueError, match=words):
+        decode(data)
+
+
+def test_the_budget_counts_every_tensor_together():
+    half = {"__tensor__": {"dtype": "int8", "shape": [MAX_ELEMENTS // 2 + 1], "data": [0] * (MAX_ELEMENTS // 2 + 1)}}
+    decode([half])
+    with pytest.raises(ValueError, match="too much data"):
+        decode([half, half])
+
+
+# --- judging hand-written records -----------------------------------------------------------
+
+
+def job(*lines, exitcode=0, timed_out=False, done=True):
+    return JobResult(lines=[*lines, *([{"step": "__done__"}] if done else [])], exitcode=exitcode, timed_out=timed_out)
+
+
+def result_line(records, status="ok", step="double-check", **extra):
+    return {"step": step, "kind": "test", "status": status, "records": records, **extra}
+
+
+def record(values):
+    return {"check": "check_toy_double", "data": encode({"out": torch.tensor(values)})}
+
+
+@pytest.fixture
+def visible(toy):
+    return toy.exercises["double"].tests[0]
+
+
+def test_right_data_passes_and_wrong_data_fails_with_the_judges_words(visible):
+    assert judge_test(visible, job(result_line([record([2.0, 4.0])])), None).status == "passed"
+    failed = judge_test(visible, job(result_line([record([1.0, 2.0])])), None)
+    assert (failed.status, failed.points) == ("failed", 0) and "should be [2, 4]" in failed.message
+
+
+@pytest.mark.parametrize(
+    "the_job, answer, status, words",
+    [
+        (job(result_line([record([2.0, 4.0])]), result_line([record([2.0, 4.0])])), None, "tampered", "more than once"),
+        (job(result_line([{"check": "check_other", "data": {}}])), None, "tampered", "did not run as written"),
+        (job(result_line([{"check": "check_toy_double", "data": {"__tensor__": 1}}])), None, "tampered", "data was not"),
+        (job(result_line([{"check": "check_toy_double", "error": "NotImplementedError: ", "not_implemented": True}])), None, "failed", "not answered yet"),
+        (job(result_line([{"check": "check_toy_double", "error": "RuntimeError: shapes"}])), None, "error", "RuntimeError: shapes"),
+        (job(result_line([], status="error", error="NameError: name 'double' is not defined")), None, "error", "NameError"),
+        (job(done=False, timed_out=True, exitcode=None), None, "timeout", "time limit before this test"),
+        (job(done=False, exitcode=-11), None, "crashed", "SIGSEGV"),
+        (job(), None, "tampered", "removed by the notebook"),
+        (job(result_line([], status="timeout")), None, "timeout", "ran past the time limit"),
+        (job(result_line([], status="timeout", stuck=True)), None, "timeout", STUCK_MESSAGE.format(what="the test (running your code)")),
+        (job(result_line([record([2.0, 4.0])])), {"step": "double", "status": "timeout", "stuck": True}, "timeout", "except BaseException"),
+    ],
+)
+def test_every_way_a_test_can_go_wrong_has_its_status(visible, the_job, answer, status, words):
+    result = judge_test(visible, the_job, answer)
+    assert result.status == status and words in result.message and result.points == 0
+
+
+# --- finding leaks --------------------------------------------------------------------------
+
+
+def test_a_solution_line_in_the_release_is_a_leak_named_by_its_cell(toy, tmp_path):
+    root = tmp_path
+    release = root / "release" / "99-toy"
+    release.mkdir(parents=True)
+    blank = toy_notebook("def double(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n")
+    blank["cells"][4]["source"] = "check_toy_double(double)\n"
+    (release / "99-toy.ipynb").write_text(json.dumps(blank), encoding="utf-8")
+    assert find_leaks(root, root / "release") == []
+    blank["cells"][1]["source"] = "import torch\nreturn 2 * x  # the whole answer, doubled\n"
+    blank["cells"][4]["source"] = "check_toy_double(double)\n### BEGIN HIDDEN TESTS\n"
+    (release / "99-toy.ipynb").write_text(json.dumps(blank), encoding="utf-8")
+    leaks = find_leaks(root, root / "release")
+    assert any("cell double" in leak and "the whole answer" in leak for leak in leaks), leaks
+    assert any("BEGIN HIDDEN TESTS" in leak for leak in leaks), leaks
+
+
+def test_the_toy_checks_are_registered_once():
+    assert REGISTRY["check_toy_double"] is CHECK and REGISTRY["check_toy_double_hidden"].hidden
+    assert math.isclose(toy_notebook()["metadata"]["course"]["lesson"], 99)
