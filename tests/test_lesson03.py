@@ -2,11 +2,26 @@
 correct answers written differently get full marks."""
 
 import pytest
-from harness import edited, grade_submissions, row, solution_answers
+import torch
+from harness import (
+    assert_costs_only_its_exercise,
+    grade_submissions,
+    mistake_submissions,
+    row,
+    solution_answers,
+)
+
+from helpers.checks.attention import check_attention_head, course_mask_in, known_good_causal_mask
 
 A = "03-self-attention"
 
-# name -> (exercise, edits of the solution, words the feedback must contain)
+# a correct head that calls the notebook's apply_causal_mask instead of masking by itself, as many
+# students write it: a mistake in the mask must still cost only the causal-mask exercise
+HEAD_USES_MASK = {"attention-head": [('scores.masked_fill(future, float("-inf"))', "apply_causal_mask(scores)")]}
+MASK_BLANK = [("    T = scores.shape[-1]\n", "    raise NotImplementedError()  # not written yet\n")]
+
+# name -> (exercise, edits of the solution, words the feedback must contain[, edits of other
+# exercises that keep them correct but make them use this one])
 MISTAKES = {
     "mask-inverted": ("causal-mask", [("diagonal=1)", "diagonal=0)"), ("masked_fill(future,", "masked_fill(~future,")], "inverted"),
     "mask-hides-diagonal": ("causal-mask", [("diagonal=1)", "diagonal=0)")], "itself"),
@@ -24,6 +39,19 @@ MISTAKES = {
     "head-no-mask": ("attention-head", [('scores.masked_fill(future, float("-inf"))', "scores")], "forgot the causal mask"),
     "head-k-at-q": ("attention-head", [("q @ k.transpose(-2, -1)", "k @ q.transpose(-2, -1)")], "k @ q.T"),
     "head-weights-times-x": ("attention-head", [("return weights @ v", "return weights @ x")], "instead of by the values"),
+    # the head calls apply_causal_mask: the mask's mistake must not cost the head's points too
+    "mask-inverted-head-uses-it": (
+        "causal-mask", [("diagonal=1)", "diagonal=0)"), ("masked_fill(future,", "masked_fill(~future,")], "inverted",
+        HEAD_USES_MASK,
+    ),
+    "mask-hides-diagonal-head-uses-it": ("causal-mask", [("diagonal=1)", "diagonal=0)")], "itself", HEAD_USES_MASK),
+    "mask-keeps-future-head-uses-it": (
+        "causal-mask", [("diagonal=1)", "diagonal=2)")], "query 0 attends to key 1", HEAD_USES_MASK,
+    ),
+    "mask-in-place-head-uses-it": (
+        "causal-mask", [("scores.masked_fill(future,", "scores.masked_fill_(future,")], "in place", HEAD_USES_MASK,
+    ),
+    "mask-blank-head-uses-it": ("causal-mask", MASK_BLANK, "NotImplementedError", HEAD_USES_MASK),
 }
 
 ALTERNATIVES = {
@@ -72,7 +100,7 @@ class AttentionHead(nn.Module):
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in MISTAKES.items()}
+    subs = mistake_submissions(A, MISTAKES)
     for name, answers in ALTERNATIVES.items():
         subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
     return grade_submissions(A, subs, tmp_path_factory.mktemp("l03"))
@@ -81,13 +109,8 @@ def graded(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MISTAKES))
 def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words = MISTAKES[name]
-    for r in graded[graded.student_id == name].itertuples():
-        if r.exercise == exercise:
-            assert r.score == 0 and r.status == "failed", (r.status, r.message)
-            assert words in r.message, r.message
-        else:
-            assert r.score == r.max_score, (r.exercise, r.message)
+    exercise, _, words, *_ = MISTAKES[name]
+    assert_costs_only_its_exercise(graded, name, exercise, words)
 
 
 @pytest.mark.slow
@@ -96,3 +119,57 @@ def test_alternative_correct_answers_get_full_marks(graded, name):
     for exercise in ALTERNATIVES[name]:
         r = row(graded, name, exercise)
         assert (r.score, r.status) == (r.max_score, "passed"), r.message
+
+
+def test_catalogue_covers_every_exercise_and_a_head_that_uses_the_mask():
+    for exercise in ("causal-mask", "attention-head"):
+        assert sum(entry[0] == exercise for entry in MISTAKES.values()) >= 3, exercise
+    assert sum(len(entry) > 3 for entry in MISTAKES.values()) >= 3
+
+
+@pytest.mark.parametrize("shape", [(6, 6), (2, 5, 5), (3, 2, 9, 9), (1, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_checks_mask_is_the_references(shape, dtype):
+    from helpers.reference.attention import apply_causal_mask
+
+    scores = torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(dtype)
+    assert torch.equal(known_good_causal_mask(scores), apply_causal_mask(scores))
+
+
+def _head_calling(mask_name: str):
+    """A correct head, defined in a namespace of its own, that calls ``mask_name`` by name."""
+    scope = {}
+    exec(
+        "import math, torch\n"
+        "from torch import nn\n"
+        "class AttentionHead(nn.Module):\n"
+        "    def __init__(self, emb_dim, head_dim):\n"
+        "        super().__init__()\n"
+        "        self.head_dim = head_dim\n"
+        "        self.query = nn.Linear(emb_dim, head_dim, bias=False)\n"
+        "        self.key = nn.Linear(emb_dim, head_dim, bias=False)\n"
+        "        self.value = nn.Linear(emb_dim, head_dim, bias=False)\n"
+        "    def forward(self, x):\n"
+        "        q, k, v = self.query(x), self.key(x), self.value(x)\n"
+        "        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)\n"
+        f"        return torch.softmax({mask_name}(scores), dim=-1) @ v\n",
+        scope,
+    )
+    return scope
+
+
+def test_the_head_check_lends_the_head_a_correct_mask_and_gives_the_students_back():
+    def inverted(scores):
+        T = scores.shape[-1]
+        return scores.masked_fill(torch.tril(torch.ones(T, T, dtype=torch.bool)), float("-inf"))
+
+    scope = _head_calling("apply_causal_mask")
+    scope["apply_causal_mask"] = inverted
+    check_attention_head(scope["AttentionHead"])  # passes: the mask's mistake is not the head's
+    assert scope["apply_causal_mask"] is inverted, "the notebook's own function is put back"
+    with course_mask_in(scope["AttentionHead"]):
+        assert scope["apply_causal_mask"] is not inverted
+    assert scope["apply_causal_mask"] is inverted
+    scope["apply_causal_mask"] = lambda scores, T: inverted(scores)  # another signature: left alone
+    with course_mask_in(scope["AttentionHead"]):
+        assert torch.isneginf(scope["apply_causal_mask"](torch.zeros(3, 3), 3)).sum() == 6

@@ -2,11 +2,16 @@
 
 Shape legend: B batch, T sequence length, C embedding size (emb_dim), hs head size (head_dim).
 Every input is chosen so that no two of B, T, C, hs are equal: bugs hide when shapes agree.
+
+No mistake costs two exercises: while the head's check runs the student's ``AttentionHead``, a
+head that calls the notebook's ``apply_causal_mask`` gets the course's own mask instead, so a
+wrong mask is counted by the causal-mask exercise alone.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 
@@ -157,34 +162,91 @@ def _changed_at(x: torch.Tensor, replacement: torch.Tensor, j: int) -> torch.Ten
     return changed
 
 
+def known_good_causal_mask(scores: torch.Tensor) -> torch.Tensor:
+    """The course's ``apply_causal_mask``: the reference's arithmetic, written out here because
+    the reference module of lesson 03 is hidden while lesson 03 is graded (probes cannot use it).
+    ``tests/test_lesson03.py`` checks that the two agree."""
+    T = scores.shape[-1]
+    future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=scores.device), diagonal=1)  # (T, T)
+    return scores.masked_fill(future, float("-inf"))  # (..., T, T)
+
+
+def _namespaces(cls) -> list[dict]:
+    """The global namespaces of the functions written in ``cls`` and its own base classes: where
+    a name such as ``apply_causal_mask`` is looked up when its methods run (the notebook's)."""
+    found: dict[int, dict] = {}
+    for klass in getattr(cls, "__mro__", ()):
+        if klass is object or klass.__module__.startswith("torch."):
+            continue
+        for value in vars(klass).values():
+            function = getattr(value, "__func__", value)  # staticmethod, classmethod
+            scope = getattr(function, "__globals__", None)
+            if isinstance(scope, dict):
+                found.setdefault(id(scope), scope)
+    return list(found.values())
+
+
+@contextmanager
+def course_mask_in(cls):
+    """While active, ``apply_causal_mask`` means the course's mask to the methods of ``cls``.
+
+    A head that calls the notebook's ``apply_causal_mask`` then gets a known-good mask: a mistake
+    in the mask is counted by its own exercise, not a second time by the head's. A call with more
+    arguments than the exercise's ``(scores)`` goes to the student's own function, unchanged.
+    """
+    saved = []
+    for scope in _namespaces(cls):
+        original = scope.get("apply_causal_mask")
+        if original is None:
+            continue
+
+        def masked(scores, *args, _original=original, **kwargs):
+            if args or kwargs:
+                return _original(scores, *args, **kwargs)
+            return known_good_causal_mask(scores)
+
+        saved.append((scope, original))
+        scope["apply_causal_mask"] = masked
+    try:
+        yield
+    finally:
+        for scope, original in reversed(saved):
+            scope["apply_causal_mask"] = original
+
+
 def _probe_head(cases):
     def probe(head_class) -> dict:
-        runs = []
-        for seed, batch, T, C, hs, dtype in cases:
-            weights, x, replacement = _head_inputs(seed, batch, T, C, hs, dtype)
-            head = head_class(C, hs)
-            names = sorted(name for name, _ in head.named_parameters())
-            if names != sorted(HEAD_PARAMS):
-                raise CheckFailed(
-                    f"{head_class.__name__}({C}, {hs}) should have exactly the parameters "
-                    f"{', '.join(HEAD_PARAMS)} (three bias-free nn.Linear layers); it has {names}."
-                )
-            head = head.to(dtype)
-            with torch.no_grad():
-                for name, param in head.named_parameters():
-                    if tuple(param.shape) != tuple(weights[name].shape):
-                        raise CheckFailed(
-                            f"{name} has shape {tuple(param.shape)}; nn.Linear({C}, {hs}) stores a "
-                            f"weight of shape {tuple(weights[name].shape)} (out_features, in_features)."
-                        )
-                    param.copy_(weights[name])
-                x_before = x.clone()
-                out = head(x)
-                leaks = [head(_changed_at(x, replacement, j)) for j in range(1, T)]
-            runs.append({"out": out, "x_after": x, "x_changed": not torch.equal(x_before, x), "leaks": leaks})
-        return {"runs": runs}
+        with course_mask_in(head_class):
+            return _run_head(head_class, cases)
 
     return probe
+
+
+def _run_head(head_class, cases) -> dict:
+    runs = []
+    for seed, batch, T, C, hs, dtype in cases:
+        weights, x, replacement = _head_inputs(seed, batch, T, C, hs, dtype)
+        head = head_class(C, hs)
+        names = sorted(name for name, _ in head.named_parameters())
+        if names != sorted(HEAD_PARAMS):
+            raise CheckFailed(
+                f"{head_class.__name__}({C}, {hs}) should have exactly the parameters "
+                f"{', '.join(HEAD_PARAMS)} (three bias-free nn.Linear layers); it has {names}."
+            )
+        head = head.to(dtype)
+        with torch.no_grad():
+            for name, param in head.named_parameters():
+                if tuple(param.shape) != tuple(weights[name].shape):
+                    raise CheckFailed(
+                        f"{name} has shape {tuple(param.shape)}; nn.Linear({C}, {hs}) stores a "
+                        f"weight of shape {tuple(weights[name].shape)} (out_features, in_features)."
+                    )
+                param.copy_(weights[name])
+            x_before = x.clone()
+            out = head(x)
+            leaks = [head(_changed_at(x, replacement, j)) for j in range(1, T)]
+        runs.append({"out": out, "x_after": x, "x_changed": not torch.equal(x_before, x), "leaks": leaks})
+    return {"runs": runs}
 
 
 def head_variants(weights, x, hs: int) -> dict[str, torch.Tensor]:
