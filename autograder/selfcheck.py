@@ -3,11 +3,18 @@
 It runs the notebook the way grading does (a separate process, the course's own test cells),
 but only the visible tests: hidden tests are neither run nor shown. Unlike ``nbgrader validate``,
 it exits non-zero when anything fails, so it can sit in a script.
+
+In a notebook, ``check_notebook("NN-name.ipynb")`` runs that same check in a process of its own
+(``python -m autograder.selfcheck``) and prints its report into the cell: the grading machinery
+(a headless matplotlib backend, its environment, its fork servers) never touches the student's
+kernel, so the plots drawn after the check still show.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,18 +38,80 @@ def match_lesson(path: Path, notebook: dict, root: Path):
     raise CourseError(f"{path} does not look like a lesson of this course (no exercise cells found)")
 
 
-def check_notebook(path: str | Path) -> None:
-    """The one-liner for the last cell of a lesson: check the *saved* notebook and print a report."""
-    from autograder import child
+#: seconds the one-liner waits for the check's process before it stops it
+CHECK_TIMEOUT_S = 1800
 
-    if child.IN_SANDBOX or os.environ.get("NBGRADER_EXECUTION"):  # being graded or validated
+
+def _being_graded() -> bool:
+    """True inside a grading child or ``nbgrader validate``/``autograde``: they run the tests
+    themselves. (Looked up without importing the child module: importing it switches matplotlib
+    to a headless backend.)"""
+    child = sys.modules.get("autograder.child")
+    return bool(getattr(child, "IN_SANDBOX", False)) or bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def check_notebook(path: str | Path) -> None:
+    """The one-liner for the last cell of a lesson: check the *saved* notebook and print a report.
+
+    The check runs in a separate process (the kernel keeps its matplotlib backend, environment
+    and modules as they were); its report is printed here, as ``transformer-course check`` would
+    print it.
+    """
+    if _being_graded():
         print("(self-check skipped: the grader runs the tests itself)")
         return None
+    package_root = str(Path(__file__).resolve().parents[1])  # this course's autograder, not another
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [package_root, env.get("PYTHONPATH", "")] if p)
+    env["PYTHONIOENCODING"] = "utf-8"
+    env["MPLBACKEND"] = "Agg"  # the kernel's inline backend means nothing outside the kernel
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autograder.selfcheck", str(path)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        start_new_session=os.name != "nt",
+    )
     try:
-        report(Path(path))
+        out, err = proc.communicate(timeout=CHECK_TIMEOUT_S)
+    except BaseException as exc:  # Ctrl+C (interrupt the kernel) or the timeout: stop the check
+        _stop(proc)
+        if isinstance(exc, subprocess.TimeoutExpired):
+            print(f"cannot check: the check ran past {CHECK_TIMEOUT_S} s and was stopped")
+            return None
+        raise
+    sys.stdout.write(out.decode("utf-8", errors="replace"))
+    sys.stdout.flush()
+    if err.strip():
+        sys.stderr.write(err.decode("utf-8", errors="replace"))
+        sys.stderr.flush()
+    return None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ask the check's process to stop (it then ends its fork servers), then end what is left of
+    its session."""
+    if os.name == "nt":  # no process groups to signal
+        proc.kill()
+        proc.wait()
+        return
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _check_here(path: Path) -> int:
+    """What ``check_notebook`` runs in its own process: the report, or why there is none."""
+    try:
+        return report(path)
     except CourseError as exc:
         print(f"cannot check: {exc}")
-    return None
+        return 2
 
 
 def report(path: Path, *, cell_s: float = 60.0, out=None) -> int:
@@ -78,3 +147,9 @@ def report(path: Path, *, cell_s: float = 60.0, out=None) -> int:
         file=out,
     )
     return 1 if failures else 0
+
+
+if __name__ == "__main__":  # ``check_notebook``'s process
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m autograder.selfcheck NOTEBOOK")
+    sys.exit(_check_here(Path(sys.argv[1])))
