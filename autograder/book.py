@@ -14,12 +14,18 @@ book never gives away more than a reader should see:
 The build uses Sphinx, myst-nb, sphinx-book-theme and sphinx-design and needs no network. It
 runs in a temporary source folder (a generated ``conf.py`` and ``index.md`` next to the
 transformed notebooks); only the HTML lands in ``--out``.
+
+The book also *reads* offline: no page loads anything from another site. Math is typeset by the
+MathJax 3 that the ``sphinx-mathjax-offline`` package ships (PyPI), copied into the book's
+``_static/mathjax/`` (the parts a page can load: TeX input and its extensions, the CHTML output
+and its fonts, the menu and its accessibility tools), never from a CDN.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import importlib.util
 import json
 import os
 import re
@@ -83,6 +89,9 @@ html_show_sourcelink = False
 html_last_updated_fmt = None
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "html_admonition", "html_image"]
+# MathJax from the book itself (_static/mathjax, copied from a PyPI package), not from a CDN:
+# an offline reader sees typeset math, not raw TeX
+mathjax_path = {mathjax!r}
 myst_heading_anchors = 3
 
 nb_execution_mode = {mode!r}
@@ -105,6 +114,45 @@ div.cell_output pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 /* retina figures carry width and height attributes: keep their shape when the column is narrower */
 div.cell_output img { max-width: 100%; height: auto; }
 """
+
+
+# ---------------------------------------------------------------------------------------------
+# MathJax, served by the book itself
+# ---------------------------------------------------------------------------------------------
+
+#: the PyPI distribution that ships MathJax 3 (its folder has a hyphen: found by path, not imported)
+MATHJAX_PACKAGE = "sphinx-mathjax-offline"
+#: where the book's pages load MathJax from, relative to ``_static/``
+MATHJAX_PATH = "mathjax/tex-chtml.js"
+#: the parts of MathJax a page can load: the TeX-to-CHTML bundle, the TeX extensions it loads on
+#: demand (autoload), the CHTML fonts, and what its right-click menu loads (accessibility, speech)
+MATHJAX_PARTS = ("tex-chtml.js", "input", "output/chtml", "a11y", "ui", "sre")
+
+
+def mathjax_dir() -> Path:
+    """The folder of MathJax 3 that ``sphinx-mathjax-offline`` installs."""
+    spec = importlib.util.find_spec(MATHJAX_PACKAGE)
+    if spec is not None and spec.origin:
+        folder = Path(spec.origin).parent / "static" / "mathjax"
+        if (folder / MATHJAX_PATH.split("/", 1)[1]).is_file():
+            return folder
+    raise CourseError(
+        f"the book typesets its math with a MathJax it serves itself, from the {MATHJAX_PACKAGE} "
+        f"package: pip install {MATHJAX_PACKAGE} (or ./setup.sh --dev, or pip install -e '.[book]')"
+    )
+
+
+def copy_mathjax(static: Path) -> Path:
+    """Copy MathJax's loadable parts into ``static/mathjax``; returns that folder."""
+    source, target = mathjax_dir(), static / "mathjax"
+    for part in MATHJAX_PARTS:
+        origin = source / part
+        if origin.is_dir():
+            shutil.copytree(origin, target / part, ignore=shutil.ignore_patterns("__pycache__"))
+        elif origin.is_file():
+            (target / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(origin, target / part)
+    return target
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,10 +300,12 @@ def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool,
     lines += ["", "```{toctree}", ":hidden:", ":maxdepth: 1", "", *docs, "```", ""]
     (src / "index.md").write_text("\n".join(lines), encoding="utf-8")
     include = ["index.md"] + [f"{doc}.ipynb" for doc in docs]
-    conf = CONF_PY.format(title=COURSE_TITLE, include=include, mode="force" if execute else "off", timeout=int(cell_timeout))
+    conf = CONF_PY.format(title=COURSE_TITLE, include=include, mode="force" if execute else "off",
+                          timeout=int(cell_timeout), mathjax=MATHJAX_PATH)
     (src / "conf.py").write_text(conf, encoding="utf-8")
     (src / "_static").mkdir(exist_ok=True)
     (src / "_static" / "course.css").write_text(COURSE_CSS, encoding="utf-8")
+    copy_mathjax(src / "_static")
     return docs
 
 
@@ -423,4 +473,4 @@ def cmd_book(args) -> int:
     return 0
 
 
-__all__ = ["add_parser", "book_notebook", "build_book", "lesson_title", "select_lessons"]
+__all__ = ["add_parser", "book_notebook", "build_book", "copy_mathjax", "lesson_title", "select_lessons"]

@@ -237,14 +237,74 @@ def test_hints_are_folded(book, lesson):
         assert len(body) > 20, f"{details.summary.get_text()!r}: its text sits inside the <details>"
 
 
+#: attributes through which a page loads something (an <a href> is a link a reader may follow)
+LOADING_ATTRIBUTES = ("src", "href", "srcset", "data", "poster", "action", "formaction")
+REMOTE_IN_CSS = re.compile(r"""(url\(\s*['"]?|@import\s+['"])\s*(https?:)?//""", re.I)
+
+
+def remote(url: str | None) -> bool:
+    """True when ``url`` points to another host (``https://…``, ``http://…`` or ``//host/…``)."""
+    if not url:
+        return False
+    parts = urlsplit(url.strip())
+    return parts.scheme in ("http", "https") or (not parts.scheme and url.strip().startswith("//"))
+
+
+def loaded_urls(soup) -> list[str]:
+    """Every URL a page would load: all src/href/srcset/... attributes except plain hyperlinks."""
+    urls = []
+    for tag in soup.find_all(True):
+        for attribute in LOADING_ATTRIBUTES:
+            if tag.name == "a" and attribute == "href":
+                continue
+            value = tag.get(attribute)
+            if value is None:
+                continue
+            if attribute == "srcset":
+                urls += [item.strip().split()[0] for item in value.split(",") if item.strip()]
+            else:
+                urls.append(value if isinstance(value, str) else " ".join(value))
+    return urls
+
+
 @pytest.mark.slow
-def test_pages_load_nothing_from_the_network_but_mathjax(book):
-    for page in [book / "index.html"] + [page_of(book, lesson) for lesson in LESSONS]:
+def test_pages_load_nothing_from_the_network(book):
+    """No page loads anything from another site, MathJax included (it is served from the book)."""
+    pages = [book / "index.html"] + [page_of(book, lesson) for lesson in LESSONS]
+    for page in pages:
         soup = soup_of(page)
-        refs = [t.get("src") for t in soup.find_all(["img", "script"])]
-        refs += [t.get("href") for t in soup.find_all("link", rel="stylesheet")]
-        remote = [r for r in refs if r and urlsplit(r).scheme in ("http", "https") and "mathjax" not in r]
-        assert not remote, f"{page.name} loads {remote}"
-        for ref in refs:
-            if ref and not urlsplit(ref).scheme:
-                assert resolve(page, ref).exists(), f"{page.name}: {ref} is missing"
+        urls = loaded_urls(soup)
+        far = [url for url in urls if remote(url)]
+        assert not far, f"{page.name} loads {far}"
+        for style in soup.find_all("style"):
+            assert not REMOTE_IN_CSS.search(style.get_text()), f"{page.name}: an inline style loads a remote URL"
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme or url.startswith("#") or not parts.path:
+                continue
+            assert resolve(page, url).exists(), f"{page.name}: {url} is missing"
+    for css in book.rglob("*.css"):
+        text = css.read_text(encoding="utf-8", errors="replace")
+        assert not REMOTE_IN_CSS.search(text), f"{css.relative_to(book)} loads a remote URL"
+
+
+@pytest.mark.slow
+def test_math_is_typeset_by_the_books_own_mathjax(book):
+    """Every page with math loads MathJax from the book's _static/ (no CDN), and that file is there."""
+    with_math = []
+    for lesson in LESSONS:
+        page = page_of(book, lesson)
+        soup = soup_of(page)
+        if not soup.select(".math"):
+            continue
+        with_math.append(lesson.assignment)
+        scripts = [s["src"] for s in soup.find_all("script", src=True) if "mathjax" in s["src"].lower()]
+        assert scripts, f"{page.name} has math but loads no MathJax"
+        for src in scripts:
+            assert not remote(src), src
+            path = resolve(page, src)
+            assert path.is_file() and path.stat().st_size > 100_000, f"{src}: the MathJax bundle is in the book"
+            assert path.parent == (book / "_static" / "mathjax").resolve()
+    assert any(a.startswith("02-") for a in with_math), f"lesson 02 has math (the softmax); pages with math: {with_math}"
+    fonts = list((book / "_static" / "mathjax" / "output" / "chtml" / "fonts").rglob("*.woff"))
+    assert fonts, "MathJax's fonts are in the book"

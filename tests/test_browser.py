@@ -2,7 +2,8 @@
 
 * JupyterLab on the released lesson 03: Run All draws the attention plots, the blank exercise
   shows its NotImplementedError, and nbgrader's tools (the Validate button, the Nbgrader menu) work;
-* the book: a solution and a hint are hidden until their toggle is clicked.
+* the book: a solution and a hint are hidden until their toggle is clicked, and its math is
+  typeset (MathJax from the book itself) with every request to another host blocked.
 
 Everything runs on 127.0.0.1 with bounded waits; JupyterLab and the browser are always shut down.
 Locally the tests are skipped when Playwright or Chromium is missing; with ``CI`` set they fail.
@@ -20,6 +21,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -332,3 +334,68 @@ def test_book_hides_solutions_and_hints_until_clicked(browser, quick_book, page,
     body.wait_for(state="visible", timeout=5_000)
     code.scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / f"book-{lesson.assignment}-unfolded.png"))
+
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+JS_MATH = """() => {
+  const math = Array.from(document.querySelectorAll('article .math'));
+  const prose = document.querySelector('article').cloneNode(true);
+  prose.querySelectorAll('pre, code, .cell_input, .cell_output, mjx-assistive-mml').forEach(n => n.remove());
+  return {
+    math: math.length,
+    typeset: math.filter(m => m.querySelector('mjx-container')).length,
+    raw: math.filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 80)),
+    prose: prose.textContent,
+    sized: Array.from(document.querySelectorAll('article mjx-container'))
+      .filter(c => c.getBoundingClientRect().width > 0).length,
+  };
+}"""
+RAW_TEX = ("$$", "\\(", "\\)", "\\[", "\\]", "\\frac", "\\sum", "\\ln", "\\sqrt", "\\text{")
+
+
+def block_the_network(page) -> list[str]:
+    """Abort every request to another host (the reader is offline); returns the list of what
+    was attempted, filled as the page loads."""
+    attempted = []
+
+    def handle(route):
+        parts = urlsplit(route.request.url)
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname not in LOCAL_HOSTS:
+            attempted.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    page.context.route("**/*", handle)
+    return attempted
+
+
+def test_book_math_is_typeset_offline(browser, quick_book, page, tmp_path):
+    """Lesson 02 (the softmax, the loss) and every other page with math: MathJax, served by the
+    book itself, turns each formula into rendered math; no TeX is left showing; nothing is fetched
+    from another host."""
+    attempted = block_the_network(page)
+    pages = [p for p in sorted(quick_book.glob("*/*.html")) if not p.parent.name.startswith("_")
+             and 'class="math' in p.read_text(encoding="utf-8")]
+    assert any(p.parent.name.startswith("02-") for p in pages), f"lesson 02 has math; pages with math: {pages}"
+    for path in pages:
+        page.goto(path.as_uri())
+        try:
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                                   timeout=20_000)
+        except Exception as exc:  # noqa: BLE001 - say why, not only that it timed out
+            raise AssertionError(f"{path.name}: MathJax never started offline; the page asked the "
+                                 f"network for {attempted}") from exc
+        page.evaluate("() => MathJax.startup.promise")
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('article .math')).every(m => m.querySelector('mjx-container'))",
+            timeout=30_000,
+        )
+        state = page.evaluate(JS_MATH)
+        assert state["math"] > 0 and state["typeset"] == state["math"], f"{path.name}: raw math left: {state['raw']}"
+        assert state["sized"] >= state["math"], f"{path.name}: typeset math takes up room on the page"
+        shown = [tex for tex in RAW_TEX if tex in state["prose"]]
+        assert not shown, f"{path.name}: TeX still visible in the text: {shown}"
+        page.locator("article mjx-container").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(tmp_path / f"math-{path.parent.name}.png"))
+    assert not attempted, f"the book asked the network for {attempted}"

@@ -7,6 +7,7 @@ import yaml
 from harness import ROOT
 
 CONDA_NAMES = {"torch": "pytorch-cpu"}  # pip name -> conda-forge name
+PIP_ONLY = {"sphinx-mathjax-offline"}  # not on conda-forge: environment.yml lists them under pip:
 
 
 def split(requirement: str) -> tuple[str, str]:
@@ -25,12 +26,17 @@ def test_environment_yml_matches_pyproject():
         if isinstance(dep, str):
             name, spec = split(dep.replace("=", "==", 1) if re.match(r"^[\w\-]+=[^=<>]", dep) else dep)
             conda[name] = spec
+    pip_section = next(d for d in env["dependencies"] if isinstance(d, dict))["pip"]
+    for entry in pip_section:
+        if not entry.startswith("-"):
+            name, spec = split(entry.split("#")[0])
+            assert name in PIP_ONLY, f"{name}: only packages missing from conda-forge go under pip:"
+            conda[name] = spec
     assert conda["python"].startswith("==3.11")
     for name, spec in wanted.items():
         conda_name = CONDA_NAMES.get(name, name)
         assert conda_name in conda, f"{name} is in pyproject.toml but not in environment.yml"
         assert conda[conda_name] == spec, f"{name}: pyproject says {spec!r}, environment.yml {conda[conda_name]!r}"
-    pip_section = next(d for d in env["dependencies"] if isinstance(d, dict))["pip"]
     assert "-e ." in pip_section
 
 
