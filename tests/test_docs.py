@@ -1,0 +1,197 @@
+"""README shows the whole course, as it is: its lesson table, its map of the files and the
+commands of ``transformer-course`` are checked against the tree, so neither can drift.
+
+The contract README must meet:
+
+* the lesson table (header ``| lesson | you build | exercises |``) has one row per folder of
+  ``solutions/``, in order; a row's first cell is ``NN title``, where ``NN`` is the folder's number
+  (and the notebook's ``course.lesson``) and ``title`` is, ignoring case and punctuation, the
+  folder's name in words (``attention modules``), the notebook's ``course.title``, or that title's
+  first words (at least two: ``the transformer layer`` for "The transformer layer: LayerNorm and
+  residual connections");
+* the file map (the fenced block under the heading "The files") lists only paths that exist,
+  names every top-level folder of the checkout, and every module and sub-package of ``helpers/``
+  and ``autograder/``. In the map a folder line ends with ``/`` and the lines indented under it
+  are inside it; a line starts with one name, or several separated by ``, ``, then two or more
+  spaces and the description; ``;  name  description`` in a description adds one more entry;
+* every subcommand of ``transformer-course`` appears as ``transformer-course NAME``.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+TABLE_HEADER = re.compile(r"^\|\s*lesson\s*\|\s*you build\s*\|\s*exercises\s*\|\s*$", re.I)
+FILES_HEADING = re.compile(r"^#{1,6}\s+(the\s+)?files\b", re.I)
+#: a name in the file map: a path of plain characters with a "/" or a "." (a folder or a file)
+MAP_NAME = re.compile(r"[\w.\-]+(/[\w.\-]+)*/?")
+
+
+def readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words, punctuation and hyphens dropped: "Self-attention, step" -> [self, attention, step]."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+# ---------------------------------------------------------------------------------------------
+# the lesson table
+
+
+def lesson_folders() -> list[Path]:
+    return sorted(p for p in (ROOT / "solutions").iterdir() if p.is_dir() and re.match(r"\d\d-", p.name))
+
+
+def course_meta(folder: Path) -> dict:
+    notebooks = sorted(folder.glob("*.ipynb"))
+    assert len(notebooks) == 1, f"{folder.name}: one notebook, found {[p.name for p in notebooks]}"
+    return json.loads(notebooks[0].read_text(encoding="utf-8")).get("metadata", {}).get("course", {})
+
+
+def lesson_rows(text: str) -> list[str]:
+    """The first cell of each row of README's lesson table."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if TABLE_HEADER.match(line.strip())]
+    assert len(starts) == 1, f"README has {len(starts)} tables headed | lesson | you build | exercises |"
+    rows = []
+    for line in lines[starts[0] + 2:]:  # the header, then the |---| line
+        if not line.strip().startswith("|"):
+            break
+        rows.append(line.strip().strip("|").split("|")[0].strip())
+    return rows
+
+
+def title_matches(title: str, folder: Path, meta: dict) -> bool:
+    shown = words(title)
+    folder_words = words(folder.name.split("-", 1)[1])
+    full = words(str(meta.get("title", "")))
+    return shown in (folder_words, full) or (len(shown) >= 2 and shown == full[: len(shown)])
+
+
+def test_readme_lesson_table_has_every_lesson_once_in_order():
+    folders = lesson_folders()
+    rows = lesson_rows(readme())
+    numbers = [row.split()[0] if row.split() else "" for row in rows]
+    assert numbers == [f.name[:2] for f in folders], (
+        f"README's lesson table has rows {numbers}; solutions/ has {[f.name for f in folders]}: "
+        "one row per lesson, in order"
+    )
+    wrong = []
+    for row, folder in zip(rows, folders, strict=True):
+        meta = course_meta(folder)
+        if meta.get("lesson") is not None:
+            assert int(meta["lesson"]) == int(folder.name[:2]), f"{folder.name}: course.lesson is {meta['lesson']}"
+        title = row.split(maxsplit=1)[1] if len(row.split()) > 1 else ""
+        if not title_matches(title, folder, meta):
+            wrong.append(f"{row!r} should read '{folder.name[:2]} {meta.get('title', '')}' or "
+                         f"'{folder.name[:2]} {folder.name[3:].replace('-', ' ')}'")
+    assert not wrong, "README's lesson titles do not match the lessons:\n" + "\n".join(wrong)
+
+
+# ---------------------------------------------------------------------------------------------
+# the map of the files
+
+
+def file_map(text: str) -> list[str]:
+    """The paths README's file map lists, folders ending in "/"."""
+    lines = text.splitlines()
+    heading = next((i for i, line in enumerate(lines) if FILES_HEADING.match(line)), None)
+    assert heading is not None, "README has a section headed 'The files'"
+    fences = [i for i in range(heading + 1, len(lines)) if lines[i].strip().startswith("```")][:2]
+    assert len(fences) == 2, "the files section holds a fenced block: the map"
+    paths, folders = [], []  # folders: (indent, path) of the folders the next lines may sit in
+    for line in lines[fences[0] + 1:fences[1]]:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        prefix = folders[-1][1] if folders else ""
+        first = None
+        for segment in re.split(r";\s{2,}", line.strip()):
+            names = re.split(r"\s{2,}", segment, maxsplit=1)[0]
+            for name in (n.strip() for n in names.split(",")):
+                if MAP_NAME.fullmatch(name) and ("/" in name or "." in name):
+                    paths.append(prefix + name)
+                    first = first or name
+        if first and first.endswith("/"):
+            folders.append((indent, prefix + first))
+    return paths
+
+
+def checkout_files() -> list[str]:
+    """The checkout's files (tracked, or new and not ignored), relative to the root."""
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("git is not available: the checkout's files are unknown")
+    return [line for line in out.splitlines() if line and (ROOT / line).exists()]
+
+
+def test_readme_file_map_lists_what_exists():
+    paths = file_map(readme())
+    assert paths, "the file map lists paths"
+    missing = [p for p in paths if not (ROOT / p.rstrip("/")).exists() or (p.endswith("/") and not (ROOT / p).is_dir())]
+    assert not missing, f"README's file map lists paths that do not exist: {missing}"
+
+
+def test_readme_file_map_lists_every_folder_and_module():
+    listed = set(file_map(readme()))
+
+    def is_listed(path: str) -> bool:  # a folder counts as listed when a path inside it is
+        return path in listed or any(p.startswith(path) for p in listed if path.endswith("/"))
+
+    files = checkout_files()
+    top = sorted({f.split("/", 1)[0] + "/" for f in files if "/" in f})
+    modules = set()
+    for package in ("helpers", "autograder"):
+        for f in files:
+            parts = f.split("/")
+            if parts[0] != package or len(parts) < 2:
+                continue
+            if len(parts) == 2 and parts[1].endswith(".py") and parts[1] != "__init__.py":
+                modules.add(f)
+            elif len(parts) > 2:
+                modules.add(f"{package}/{parts[1]}/")  # a sub-package or data folder
+    unlisted = [p for p in top + sorted(modules) if not is_listed(p)]
+    assert not unlisted, f"README's file map does not list: {unlisted}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+def cli_subcommands(monkeypatch, capsys) -> list[str]:
+    """The subcommands ``transformer-course`` registers (read from the parser it builds)."""
+    from autograder import cli
+
+    names = []
+    original = argparse._SubParsersAction.add_parser
+
+    def recording(self, name, **kwargs):
+        names.append(name)
+        return original(self, name, **kwargs)
+
+    monkeypatch.setattr(argparse._SubParsersAction, "add_parser", recording)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    capsys.readouterr()
+    assert exit_info.value.code in (0, None)
+    return names
+
+
+def test_readme_mentions_every_subcommand(monkeypatch, capsys):
+    commands = cli_subcommands(monkeypatch, capsys)
+    assert {"release", "grade", "check"} <= set(commands), commands
+    text = readme()
+    absent = [name for name in commands if not re.search(rf"transformer-course\s+{re.escape(name)}\b", text)]
+    assert not absent, f"README never shows `transformer-course NAME` for: {absent}"
