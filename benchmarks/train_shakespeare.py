@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from helpers.data import shakespeare_dataset
+from helpers.fast import Speedups, accelerate, autocast_step, bf16_supported
 from helpers.params import num_parameters
 from helpers.reference.transformer_lm import Config, TransformerLM
 from helpers.training import (
@@ -51,6 +52,11 @@ PRESETS = {
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fused", action="store_true",
+                   help="the fast path (helpers.fast): F.layer_norm, F.scaled_dot_product_attention, one qkv matmul")
+    p.add_argument("--bf16", choices=["auto", "on", "off"], default="off",
+                   help="bfloat16 autocast for the forward pass; auto: only where the CPU has bfloat16 units (off)")
+    p.add_argument("--compile", action="store_true", help="torch.compile every block (its time counts in wall_s)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="nanogpt",
                    help="nanogpt: nanoGPT's CPU settings (the default); fast: ours, see PRESETS")
     p.add_argument("--steps", type=int, default=2000, help="optimiser updates (2000)")
@@ -98,6 +104,10 @@ def main(argv: list[str] | None = None) -> dict:
         tie_weights=not args.untied,
     )
     model = TransformerLM(config)
+    bf16 = args.bf16 == "on" or (args.bf16 == "auto" and bf16_supported())
+    if args.fused or args.compile:
+        accelerate(model, Speedups(fused_norm=args.fused, fused_attention=args.fused, fused_qkv=args.fused,
+                                   compile=args.compile))
     settings = TrainConfig(
         steps=args.steps,
         batch_size=args.batch_size,
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
         seed=args.seed,
         progress=args.progress,
     )
-    log = train(model, data, settings)
+    log = train(model, data, settings, step_fn=autocast_step() if bf16 else None)
     train_s = log.attrs["train_s"]
     started = time.perf_counter()
     val_loss = estimate_loss(
@@ -133,6 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ms_per_step": round(1000 * train_s / args.steps, 1),
         "tokens_per_s": round(args.steps * args.batch_size * args.block_size / train_s),
         "params": num_parameters(model),
+        "bf16": bf16,
         "threads": torch.get_num_threads(),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "torch": torch.__version__,
