@@ -45,12 +45,12 @@ def decode(ids: torch.Tensor) -> str:
 def shift_for_next_token(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Split ids into model inputs and next-token targets.
 
-    ids: (T,) or (B, T) integer tensor.
-    Returns (inputs, targets), each (T - 1,) or (B, T - 1), with
+    ids: a window of T + 1 ids, a (T + 1,) or (B, T + 1) integer tensor.
+    Returns (inputs, targets), each (T,) or (B, T), with
     inputs[..., t] = ids[..., t] and targets[..., t] = ids[..., t + 1].
     """
-    inputs = ids[..., :-1]  # (B, T - 1): every id but the last
-    targets = ids[..., 1:]  # (B, T - 1): every id but the first
+    inputs = ids[..., :-1]  # (B, T): every id but the last
+    targets = ids[..., 1:]  # (B, T): every id but the first
     return inputs, targets
 
 

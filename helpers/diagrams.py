@@ -1,0 +1,310 @@
+"""Block diagrams of the course's models, drawn with matplotlib patches and annotations only.
+
+``draw_transformer_lm(config)`` draws a whole ``TransformerLM`` (lesson 06): token ids, the two
+embedding tables, the stack of layers, the final norm, the output layer and the logits, with the
+shape of the tensor on every arrow and the parameter count of every component, computed from the
+configuration. ``draw_head_split(B, T, nh, hs)`` draws how lesson 04 splits ``(B, T, nh·hs)``
+into heads, ``view`` then ``transpose``, and merges them back.
+
+Both functions are pure: they take sizes (a ``Config``, or plain integers), draw into ``ax`` (a
+new figure when ``ax`` is None), set a title that describes the picture in words, and return
+``(fig, ax)``. They never call ``plt.show()`` and never change matplotlib's global settings.
+
+Shape letters, as in the lessons: ``B`` batch, ``T`` sequence length, ``C`` embedding size
+(``emb_dim``), ``V`` vocabulary size (``n_vocab``), ``nh`` heads (``n_heads``), ``hs`` head size
+(``head_dim``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
+
+__all__ = ["draw_head_split", "draw_transformer_lm", "transformer_lm_parameters"]
+
+#: Okabe-Ito colours: distinguishable by colour-blind readers
+HEAD_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999"]
+EMBEDDING_COLOUR = "#dbe9f6"
+NORM_COLOUR = "#fff2cc"
+ATTENTION_COLOUR = "#f8d7c4"
+MLP_COLOUR = "#d9f0d3"
+HEAD_OUT_COLOUR = "#e8dff5"
+DATA_COLOUR = "#eeeeee"
+
+
+def _sizes(config: Any) -> dict[str, Any]:
+    """The fields of a lesson-06 ``Config`` (any object with those attributes)."""
+    names = ("n_vocab", "max_len", "emb_dim", "n_hidden", "head_dim", "n_heads", "n_layers",
+             "tie_weights", "bare_bones", "final_norm")
+    missing = [name for name in names if not hasattr(config, name)]
+    if missing:
+        raise TypeError(f"config has no {', '.join(missing)}: pass a lesson-06 Config")
+    return {name: getattr(config, name) for name in names}
+
+
+def transformer_lm_parameters(config: Any) -> dict[str, int]:
+    """Trainable parameters of each component of ``TransformerLM(config)``, from the sizes alone.
+
+    Keys: ``word_to_embedding``, ``pos_to_embedding``, the parts of ONE layer (``attention``,
+    ``norm_1``, ``mlp``, ``norm_2``: the two norms in the order the layer uses them), ``layer``
+    (one whole layer), ``layers`` (all of them), ``final_norm``, ``lm_head`` (0 when tied) and
+    ``total``. A tied head's weight is the token table, counted once, with the table.
+    """
+    s = _sizes(config)
+    V, C, n_hidden = s["n_vocab"], s["emb_dim"], s["n_hidden"]
+    inner = s["n_heads"] * s["head_dim"]  # nh·hs
+    counts = {
+        "word_to_embedding": V * C,
+        "pos_to_embedding": s["max_len"] * C,
+        "attention": 3 * C * inner + inner * C,  # query, key, value (C -> nh·hs), to_output (nh·hs -> C)
+        "norm_1": 2 * C,  # weight and bias, (C,) each
+        "mlp": C * n_hidden + n_hidden + n_hidden * C + C,  # two Linear layers with biases
+        "norm_2": 2 * C,
+    }
+    counts["layer"] = counts["attention"] + counts["norm_1"] + counts["mlp"] + counts["norm_2"]
+    counts["layers"] = s["n_layers"] * counts["layer"]
+    counts["final_norm"] = 2 * C if s["final_norm"] else 0
+    counts["lm_head"] = 0 if s["tie_weights"] else V * C
+    counts["total"] = (counts["word_to_embedding"] + counts["pos_to_embedding"] + counts["layers"]
+                       + counts["final_norm"] + counts["lm_head"])
+    return counts
+
+
+def _new_axes(ax, figsize):
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax.figure, ax
+
+
+def _box(ax, x, y, width, height, title, detail="", colour=DATA_COLOUR, dashed=False):
+    """A rounded box centred on (x, y), a bold first line and a smaller second one."""
+    ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                boxstyle="round,pad=0.02,rounding_size=0.08", facecolor=colour,
+                                edgecolor="#333333", linewidth=1.2, linestyle="--" if dashed else "-"))
+    if detail:
+        ax.text(x, y + height * 0.17, title, ha="center", va="center", fontsize=10.5, fontweight="bold")
+        ax.text(x, y - height * 0.22, detail, ha="center", va="center", fontsize=9)
+    else:
+        ax.text(x, y, title, ha="center", va="center", fontsize=10.5, fontweight="bold")
+
+
+def _arrow(ax, start, end, label="", side="right", colour="#333333"):
+    """An arrow from start to end, with a shape label beside its middle."""
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=14, color=colour,
+                                 linewidth=1.3, shrinkA=0, shrinkB=0))
+    if label:
+        mid_x, mid_y = (start[0] + end[0]) / 2, (start[1] + end[1]) / 2
+        offset = 0.12 if side == "right" else -0.12
+        ax.text(mid_x + offset, mid_y, label, ha="left" if side == "right" else "right", va="center",
+                fontsize=9, family="monospace", color="#1d3f6e")
+
+
+def _plus(ax, x, y, radius=0.17):
+    ax.add_patch(Circle((x, y), radius, facecolor="white", edgecolor="#333333", linewidth=1.2))
+    ax.text(x, y, "+", ha="center", va="center", fontsize=13, fontweight="bold")
+
+
+def draw_transformer_lm(config: Any, ax=None):
+    """The whole TransformerLM of ``config`` as a block diagram, top to bottom; returns (fig, ax).
+
+    Token ids (B, T) -> token embedding (V, C) + position embedding (max_len, C) -> n_layers
+    layers (pre-LN blocks, or the seed's bare-bones layers when ``config.bare_bones``) -> final
+    norm (if any) -> lm_head (tied or not) -> logits (B, T, V). Every arrow carries its shape with
+    the config's numbers, every box its parameter count (``transformer_lm_parameters``).
+    """
+    s = _sizes(config)
+    p = transformer_lm_parameters(config)
+    V, C, L = s["n_vocab"], s["emb_dim"], s["n_layers"]
+    nh, hs, n_hidden = s["n_heads"], s["head_dim"], s["n_hidden"]
+    fig, ax = _new_axes(ax, (10, 14))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 14)
+    ax.set_axis_off()
+    cx, w, h = 5.0, 4.6, 0.8  # centre column, box width and height
+    btc = f"(B, T, C={C})"
+
+    _box(ax, cx, 13.4, 3.4, 0.55, "token ids  (B, T)", colour="white")
+    _box(ax, 2.9, 12.0, 3.9, h, "token embedding", f"word_to_embedding (V, C) = ({V}, {C})\n"
+         f"{p['word_to_embedding']:,} parameters", EMBEDDING_COLOUR)
+    _box(ax, 7.3, 12.0, 3.9, h, "position embedding", f"pos_to_embedding (max_len, C) = "
+         f"({s['max_len']}, {C})\n{p['pos_to_embedding']:,} parameters", EMBEDDING_COLOUR)
+    ax.text(7.75, 13.3, "positions 0 … T−1", ha="center", va="center", fontsize=9, style="italic")
+    _arrow(ax, (2.9, 13.12), (2.9, 12.4), "(B, T)", side="left")
+    _arrow(ax, (7.3, 13.05), (7.3, 12.4), "(T,)")
+    _plus(ax, cx, 10.95)
+    _arrow(ax, (2.9, 11.6), (cx - 0.17, 10.95), btc, side="left")
+    _arrow(ax, (7.3, 11.6), (cx + 0.17, 10.95), f"(T, C={C})")
+
+    # the stack of layers, in a dashed frame
+    top, bottom = 10.45, 4.55
+    ax.add_patch(FancyBboxPatch((1.2, bottom), 7.6, top - bottom, boxstyle="round,pad=0.02,rounding_size=0.15",
+                                facecolor="#f7f7f7", edgecolor="#666666", linestyle="--", linewidth=1.2))
+    kind = "bare-bones layer (no residuals)" if s["bare_bones"] else "pre-LN transformer block"
+    ax.text(1.4, top - 0.25, f"{L} × {kind}", ha="left", va="center", fontsize=10.5, fontweight="bold")
+    ax.text(8.6, top - 0.25, f"{p['layer']:,} per layer, {p['layers']:,} in all",
+            ha="right", va="center", fontsize=9)
+    attention = ("multi-head causal attention", f"{nh} heads of hs={hs}: C → nh·hs={nh * hs} → C\n"
+                 f"{p['attention']:,} parameters", ATTENTION_COLOUR)
+    mlp = ("MLP", f"C={C} → n_hidden={n_hidden} → C={C}, ReLU between\n{p['mlp']:,} parameters", MLP_COLOUR)
+    norm = ("LayerNorm", f"{2 * C} parameters (weight, bias)", NORM_COLOUR)
+    if s["bare_bones"]:
+        stages = [attention, norm, mlp, norm]
+        ys = [9.35, 8.05, 6.75, 5.45]
+        _arrow(ax, (cx, 10.78), (cx, ys[0] + h / 2), btc)
+        for (title, detail, colour), y in zip(stages, ys, strict=True):
+            _box(ax, cx, y, w, h, title, detail, colour)
+        for upper, lower in zip(ys, ys[1:], strict=False):
+            _arrow(ax, (cx, upper - h / 2), (cx, lower + h / 2), btc)
+        last = ys[-1] - h / 2
+    else:
+        _arrow(ax, (cx, 10.78), (cx, 9.35 + 0.3), btc)
+        for y0, (title, detail, colour) in ((9.35, attention), (6.75, mlp)):
+            _box(ax, cx, y0, 2.6, 0.5, "LayerNorm", colour=NORM_COLOUR)
+            ax.text(cx + 1.42, y0, f"{2 * C} parameters", ha="left", va="center", fontsize=9)
+            _arrow(ax, (cx, y0 - 0.25), (cx, y0 - 0.58), btc)
+            _box(ax, cx, y0 - 0.98, w, h, title, detail, colour)
+            _plus(ax, cx, y0 - 1.8)
+            _arrow(ax, (cx, y0 - 1.38), (cx, y0 - 1.63))
+            # the residual stream: around the sub-layer, into the sum
+            ax.plot([cx, 1.75, 1.75], [y0 + 0.4, y0 + 0.4, y0 - 1.8], color="#1d3f6e", linewidth=1.6)
+            _arrow(ax, (1.75, y0 - 1.8), (cx - 0.17, y0 - 1.8), colour="#1d3f6e")
+            ax.text(1.85, y0 - 0.7, "residual", rotation=90, ha="left", va="center", fontsize=9,
+                    color="#1d3f6e")
+        _arrow(ax, (cx, 9.35 - 1.97), (cx, 6.75 + 0.25), btc)
+        last = 6.75 - 1.97
+
+    # after the stack
+    y_norm, y_head, y_out = 3.85, 2.55, 1.3
+    _arrow(ax, (cx, last), (cx, y_norm + 0.3), btc)
+    if s["final_norm"]:
+        _box(ax, cx, y_norm, w, 0.6, "final LayerNorm", f"final_norm: {p['final_norm']} parameters", NORM_COLOUR)
+    else:
+        _box(ax, cx, y_norm, w, 0.6, "no final norm", "final_norm = nn.Identity: 0 parameters", "white",
+             dashed=True)
+    _arrow(ax, (cx, y_norm - 0.3), (cx, y_head + h / 2), btc)
+    if s["tie_weights"]:
+        head_detail = "Linear(C, V), no bias; weight tied to the token table:\n0 new parameters"
+    else:
+        head_detail = f"Linear(C, V), no bias; its own ({V}, {C}) weight:\n{p['lm_head']:,} parameters"
+    _box(ax, cx, y_head, w + 0.6, h, "lm_head", head_detail, HEAD_OUT_COLOUR)
+    if s["tie_weights"]:
+        # the shared (V, C) tensor: a dotted line from the token table down to the head
+        left = cx - (w + 0.6) / 2
+        ax.plot([0.95, 0.6, 0.6, left], [12.0, 12.0, y_head, y_head], color="#888888", linestyle=":",
+                linewidth=1.5)
+        ax.text(0.5, 7.5, "one (V, C) tensor: lm_head.weight is word_to_embedding.weight", rotation=90,
+                ha="right", va="center", fontsize=8.5, color="#555555")
+    _arrow(ax, (cx, y_head - h / 2), (cx, y_out + 0.28), f"(B, T, V={V})")
+    _box(ax, cx, y_out, 4.2, 0.55, f"logits  (B, T, V={V})", colour="white")
+    ax.text(cx, 0.55, f"total: {p['total']:,} parameters", ha="center", va="center", fontsize=11,
+            fontweight="bold")
+
+    layer_words = "bare-bones layer" if s["bare_bones"] else "pre-LN block"
+    ax.set_title(f"TransformerLM: {L} {layer_words}{'s' if L != 1 else ''}, C = {C}, {nh} heads of {hs}, "
+                 f"V = {V}, {'tied' if s['tie_weights'] else 'untied'} head: {p['total']:,} parameters",
+                 fontsize=11)
+    return fig, ax
+
+
+def _cells(ax, x0, y0, rows, cols, colour_of, text_of, size, show_text):
+    """A grid of square cells whose top-left corner is (x0, y0), one row per time step."""
+    for r in range(rows):
+        for c in range(cols):
+            colour, alpha = colour_of(r, c)
+            ax.add_patch(Rectangle((x0 + c * size, y0 - (r + 1) * size), size, size, facecolor=colour,
+                                   alpha=alpha, edgecolor="white", linewidth=1.0))
+            if show_text:
+                ax.text(x0 + (c + 0.5) * size, y0 - (r + 0.5) * size, text_of(r, c), ha="center",
+                        va="center", fontsize=8.5, color="black")
+
+
+def draw_head_split(B: int, T: int, nh: int, hs: int, ax=None):
+    """How (B, T, nh·hs) becomes (B, nh, T, hs) and back, for one sequence of the batch.
+
+    Three stages, left to right: the projection's output (T rows of nh·hs features, coloured by
+    the head each feature belongs to), ``.view(B, T, nh, hs)`` (the same memory, each row cut into
+    nh groups of hs), ``.transpose(1, 2)`` (one (T, hs) matrix per head). The arrows below go back:
+    ``.transpose(1, 2)``, then ``.contiguous().view(B, T, nh·hs)``. The numbers in the cells (drawn
+    when the tensor is small) are each feature's place in memory, ``arange(T·nh·hs)``.
+    """
+    for name, value in (("B", B), ("T", T), ("nh", nh), ("hs", hs)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    C = nh * hs
+    size = min(0.5, 3.2 / max(C, 1), 7.0 / max(T * nh + nh, 1))  # a cell's side, so the figure stays readable
+    show_text = size >= 0.3
+    width1 = C * size
+    gap_group = size * 0.6
+    width2 = C * size + (nh - 1) * gap_group
+    width3 = hs * size
+    height3 = nh * T * size + (nh - 1) * 0.45
+    x1 = 0.4
+    x2 = x1 + width1 + 2.2
+    x3 = x2 + width2 + 2.2
+    total_w = x3 + width3 + 1.4
+    top = max(T * size, height3) + 1.3
+    y_top = top - 1.2
+    lowest = y_top - max(T * size + 0.6, height3)  # below the "head h" labels and the last head
+    y_note = lowest - 0.45
+    bottom = y_note - 0.4
+    fig, ax = _new_axes(ax, (max(9.0, total_w * 1.05), max(3.0, (top - bottom) * 1.1 + 0.6)))
+    ax.set_xlim(0, total_w)
+    ax.set_ylim(bottom, top)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+
+    def colour(h, f):
+        return HEAD_COLOURS[h % len(HEAD_COLOURS)], 0.45 + 0.5 * (f + 1) / hs
+
+    # stage 1: (T, nh·hs)
+    _cells(ax, x1, y_top, T, C, lambda r, c: colour(c // hs, c % hs), lambda r, c: str(r * C + c), size, show_text)
+    ax.text(x1 + width1 / 2, y_top + 0.75, "projection output", ha="center", fontsize=10, fontweight="bold")
+    ax.text(x1 + width1 / 2, y_top + 0.35, f"(B, T, nh·hs) = ({B}, {T}, {C})", ha="center", fontsize=9,
+            family="monospace")
+    for t in range(T):
+        ax.text(x1 - 0.1, y_top - (t + 0.5) * size, f"t={t}", ha="right", va="center", fontsize=8)
+
+    # stage 2: (T, nh, hs), the same rows cut into groups
+    for h in range(nh):
+        gx = x2 + h * (hs * size + gap_group)
+        _cells(ax, gx, y_top, T, hs, lambda r, c, h=h: colour(h, c), lambda r, c, h=h: str(r * C + h * hs + c),
+               size, show_text)
+        ax.text(gx + hs * size / 2, y_top - T * size - 0.25, f"head {h}", ha="center", va="top", fontsize=8.5,
+                color=HEAD_COLOURS[h % len(HEAD_COLOURS)], fontweight="bold")
+    ax.text(x2 + width2 / 2, y_top + 0.75, "split the features", ha="center", fontsize=10, fontweight="bold")
+    ax.text(x2 + width2 / 2, y_top + 0.35, f"(B, T, nh, hs) = ({B}, {T}, {nh}, {hs})", ha="center", fontsize=9,
+            family="monospace")
+
+    # stage 3: (nh, T, hs), one matrix per head
+    for h in range(nh):
+        gy = y_top - h * (T * size + 0.45)
+        _cells(ax, x3, gy, T, hs, lambda r, c, h=h: colour(h, c), lambda r, c, h=h: str(r * C + h * hs + c),
+               size, show_text)
+        ax.text(x3 + width3 + 0.12, gy - T * size / 2, f"head {h}\n(T, hs)", ha="left", va="center",
+                fontsize=8.5, color=HEAD_COLOURS[h % len(HEAD_COLOURS)], fontweight="bold")
+    ax.text(x3 + width3 / 2, y_top + 0.75, "heads in front of time", ha="center", fontsize=10,
+            fontweight="bold")
+    ax.text(x3 + width3 / 2, y_top + 0.35, f"(B, nh, T, hs) = ({B}, {nh}, {T}, {hs})", ha="center", fontsize=9,
+            family="monospace")
+
+    # the operations: split above, merge below
+    y_fwd = y_top - T * size / 2 + 0.35
+    y_back = y_fwd - 0.7
+    for (a, b), split_op, merge_op in (
+        ((x1 + width1 + 0.2, x2 - 0.2), ".view(B, T, nh, hs)", f".contiguous().view(B, T, {C})"),
+        ((x2 + width2 + 0.2, x3 - 0.2), ".transpose(1, 2)", ".transpose(1, 2)"),
+    ):
+        ax.add_patch(FancyArrowPatch((a, y_fwd), (b, y_fwd), arrowstyle="-|>", mutation_scale=13, color="#333333"))
+        ax.text((a + b) / 2, y_fwd + 0.12, split_op, ha="center", va="bottom", fontsize=8.5, family="monospace")
+        ax.add_patch(FancyArrowPatch((b, y_back), (a, y_back), arrowstyle="-|>", mutation_scale=13,
+                                     color="#1d3f6e", linestyle="--"))
+        ax.text((a + b) / 2, y_back - 0.12, merge_op, ha="center", va="top", fontsize=8.5, family="monospace",
+                color="#1d3f6e")
+    ax.text(total_w / 2, y_note, "split: solid arrows, left to right. merge after attention: dashed arrows, "
+            "right to left (the numbers return to their places: the heads' outputs side by side)",
+            ha="center", va="center", fontsize=8.5, wrap=True)
+    ax.set_title(f"Splitting (B, T, nh·hs) = ({B}, {T}, {C}) into nh = {nh} heads of hs = {hs}, "
+                 f"and merging them back (one sequence of the batch shown)", fontsize=10.5)
+    return fig, ax
