@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import hashlib
 import json
 import os
-import shutil
+import re
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from datetime import datetime, timezone
 from pathlib import Path
 
 from autograder.course import CourseError, Lesson, lessons
-from autograder.grading import ExerciseResult, NotebookResult, TestResult, grade_notebook, locate
+from autograder.executors import Job, Timing, check_executor, make_executor, notebook_result
+from autograder.grading import NotebookResult, locate
 from autograder.reports import write_reports
-from autograder.runner import Limits, shutdown_servers
-from autograder.sandbox import isolation, resolve_mode
+from autograder.runner import Limits
+from autograder.sandbox import resolve_mode
 
 CACHE = ".cache"
+MANIFEST = "grading.json"  # what was graded, how, by which course; written last
+MANIFEST_FORMAT = 1
+SHARD_RULE = "sha256(student_id) mod N"
+JOBS = "jobs.csv"
+JOB_COLUMNS = ["student", "assignment", "worker", "queued_at", "started_at", "finished_at", "wall_s"]
 
 
 def course_fingerprint(root: Path) -> str:
@@ -48,13 +54,12 @@ def _load(cache_file: Path, key: str) -> NotebookResult | None:
         data = json.loads(cache_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if data.get("key") != key:
+    if not isinstance(data, dict) or data.get("key") != key:
         return None
-    result = data["result"]
-    exercises = [
-        ExerciseResult(**{**e, "tests": [TestResult(**t) for t in e["tests"]]}) for e in result.pop("exercises")
-    ]
-    return NotebookResult(**result, exercises=exercises)
+    try:
+        return notebook_result(data["result"])
+    except (KeyError, TypeError):
+        return None
 
 
 def _store(cache_file: Path, key: str, result: NotebookResult) -> None:
@@ -62,6 +67,89 @@ def _store(cache_file: Path, key: str, result: NotebookResult) -> None:
     tmp = cache_file.with_suffix(".tmp")
     tmp.write_text(json.dumps({"key": key, "result": dataclasses.asdict(result)}), encoding="utf-8")
     os.replace(tmp, cache_file)
+
+
+def cache_name(student: str, assignment: str) -> str:
+    return f"{student}__{assignment}.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# Shards: one class graded by N independent runs (Slurm array tasks, Kubernetes Indexed Job pods)
+
+
+def shard_of(student: str, count: int) -> int:
+    """The shard (0 .. count-1) that grades ``student``: SHA-256 of the student id, modulo count.
+
+    A hash of the id alone, not a position in the sorted roster: a student added or dropped
+    moves no other student to another shard (each shard's cache stays valid from one run to
+    the next), and every machine computes the same split (unlike Python's salted ``hash``).
+    The price: for a small class the shards are not exactly equal in size."""
+    digest = hashlib.sha256(student.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/N"`` -> (i, N), with 0 <= i < N; CourseError otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if match:
+        index, count = int(match[1]), int(match[2])
+        if 0 <= index < count:
+            return index, count
+    raise CourseError(
+        f"--shard takes i/N with 0 <= i < N (e.g. 0/4 .. 3/4, as $SLURM_ARRAY_TASK_ID or "
+        f"$JOB_COMPLETION_INDEX number them), not {text!r}"
+    )
+
+
+def roster_digest(students: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(students)).encode("utf-8")).hexdigest()
+
+
+def manifest(fingerprint: str, limits: Limits, mode: str, assignments: list[str], roster: list[str],
+             shard: tuple[int, int] | None, graded: list[tuple[str, str, str]]) -> dict:
+    """What ``MANIFEST`` says about a run. Nothing in it depends on time or place, so one
+    unsharded run and the merge of its N shards write the same bytes."""
+    students = sorted({student for student, _, _ in graded}) if graded else []
+    return {
+        "format": MANIFEST_FORMAT,
+        "course_fingerprint": fingerprint,
+        "limits": dataclasses.asdict(limits),
+        "sandbox": mode,
+        "assignments": list(assignments),
+        "class": {"students": len(roster), "digest": roster_digest(roster)},
+        "shard": None if shard is None else {"index": shard[0], "count": shard[1], "rule": SHARD_RULE},
+        "students": students,
+        "graded": [list(item) for item in sorted(graded)],
+    }
+
+
+def write_manifest(out: Path, data: dict) -> None:
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, out / MANIFEST)
+
+
+def _stamp(value: float | None) -> str:
+    if value is None:
+        return ""
+    return datetime.fromtimestamp(value, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def timing_row(t: Timing) -> list[str]:
+    wall = "" if t.started_at is None or t.finished_at is None else f"{t.finished_at - t.started_at:.3f}"
+    return [t.student, t.assignment, t.worker, _stamp(t.queued_at), _stamp(t.started_at), _stamp(t.finished_at), wall]
+
+
+def write_jobs(out: Path, rows: list[list[str]]) -> None:
+    """``jobs.csv``: one row per notebook, sorted by student and assignment. The only file of a
+    run that records time (UTC, ISO 8601) and place; notebooks taken from the cache say ``cache``."""
+    with open(out / JOBS, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(JOB_COLUMNS)
+        writer.writerows(sorted(rows, key=lambda row: (row[0], row[1])))
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def grade_class(
@@ -76,56 +164,68 @@ def grade_class(
     resume: bool = True,
     progress: bool = True,
     gradebook: str | None = None,
+    shard: tuple[int, int] | None = None,
+    executor="local",
 ):
     """Grade every student × lesson; write the reports into ``out``; return the long gradebook.
 
     Finished notebooks are cached in ``out/.cache``: an interrupted run picks up where it
     stopped, and a notebook is graded again only when it, or the course, changed.
+    ``shard=(i, N)`` grades only the students ``shard_of`` puts in shard i (``merge`` combines
+    the N outputs); ``executor`` is ``"local"`` (``jobs`` threads here) or ``"dask://HOST:PORT"``.
+    The last file written is ``MANIFEST``: its presence says the run finished.
     """
     limits = limits or Limits()
     mode = resolve_mode(sandbox)
+    if isinstance(executor, str):
+        check_executor(executor)
     course = lessons(root)
     chosen = [lesson for lesson in course if not only or lesson.assignment in only]
     if only and len(chosen) != len(set(only)):
         known = ", ".join(lesson.assignment for lesson in course)
         raise CourseError(f"unknown assignment in {only}; the course has {known}")
-    students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not students:
+    if shard is not None and gradebook:
+        raise CourseError("--gradebook with --shard: write the gradebook once, with `transformer-course merge ... --gradebook`")
+    roster = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not roster:
         raise CourseError(f"{submitted} has no student folders (<student>/<assignment>/<notebook>.ipynb)")
+    students = roster if shard is None else [s for s in roster if shard_of(s, shard[1]) == shard[0]]
     fingerprint = course_fingerprint(root)
-    job_base = Path(tempfile.mkdtemp(prefix="tc-grading-"))
-    order = [lesson.assignment for lesson in course]
-    isolations = {}
-    for lesson in chosen:
-        later = course[order.index(lesson.assignment):]
-        hidden = [m for m in (le.notebook["metadata"].get("course", {}).get("reference_module") for le in later) if m]
-        isolations[lesson.assignment] = isolation(mode, root, job_base, hidden, [submitted, out])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)  # written again last, once this run has finished
     work = [(s, lesson) for lesson in chosen for s in students]
     results: list[NotebookResult] = []
-    todo = []
+    rows: list[list[str]] = []
+    graded: list[tuple[str, str, str]] = []
+    todo: list[Job] = []
+    keys: dict[tuple[str, str], tuple[str, Path]] = {}
     for student, lesson in work:
         path = locate(submitted, student, lesson)
         key = _key(fingerprint, lesson, path, limits, mode)
-        cache_file = out / CACHE / f"{student}__{lesson.assignment}.json"
+        cache_file = out / CACHE / cache_name(student, lesson.assignment)
+        graded.append((student, lesson.assignment, key))
         cached = _load(cache_file, key) if resume else None
         if cached is not None:
             results.append(cached)
+            rows.append(timing_row(Timing(student, lesson.assignment, "cache")))
         else:
-            todo.append((student, lesson, path, key, cache_file))
+            todo.append(Job(student, lesson, path))
+            keys[(student, lesson.assignment)] = (key, cache_file)
+    if progress and shard is not None:
+        print(f"shard {shard[0]}/{shard[1]}: {len(students)} of {len(roster)} students", file=sys.stderr)
     if progress and results:
         print(f"resuming: {len(results)} of {len(work)} notebooks already graded", file=sys.stderr)
-    start = time.monotonic()
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {
-                pool.submit(grade_notebook, lesson, path, student, limits, isolations[lesson.assignment]): (key, cache_file)
-                for student, lesson, path, key, cache_file in todo
-            }
-            for done, future in enumerate(as_completed(futures), start=1):
-                result = future.result()
-                key, cache_file = futures[future]
+    if todo:
+        pool = make_executor(executor, root, course, chosen, mode, [submitted, out], jobs, fingerprint)
+        try:
+            if progress:
+                print(f"grading {len(todo)} notebooks with {pool.describe()}", file=sys.stderr)
+            start = time.monotonic()
+            for done, (result, timing) in enumerate(pool.run(todo, limits), start=1):
+                key, cache_file = keys[(result.student, result.assignment)]
                 _store(cache_file, key, result)
                 results.append(result)
+                rows.append(timing_row(timing))
                 if progress:
                     elapsed = time.monotonic() - start
                     eta = elapsed / done * (len(todo) - done)
@@ -135,15 +235,16 @@ def grade_class(
                         f"{result.score:g}/{result.max_score:g} ({statuses}) ETA {eta:.0f}s",
                         file=sys.stderr,
                     )
-    finally:
-        for iso in isolations.values():
-            shutdown_servers(iso.key)
-        shutil.rmtree(job_base, ignore_errors=True)
-    frame = write_reports(results, out)
+        finally:
+            pool.close()
+    frame = write_reports(results, out, submitted)
+    write_jobs(out, rows)
     if gradebook:
         from autograder.gradebook import write_gradebook
 
         count = write_gradebook(gradebook, root, results)
         if progress:
             print(f"wrote {count} submissions into the nbgrader gradebook {gradebook}", file=sys.stderr)
+    assignments = [lesson.assignment for lesson in chosen]
+    write_manifest(out, manifest(fingerprint, limits, mode, assignments, roster, shard, graded))
     return frame

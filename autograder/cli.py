@@ -18,8 +18,9 @@ Tools for the Transformer course.
 
   release   regenerate notebooks/ (and helpers/reference/) from solutions/, refusing leaks
   grade     grade a class's submissions: grades.csv, feedback HTML, a summary
+  merge     combine the outputs of `grade --shard i/N` runs into what one run writes
   check     check your own notebook: every visible test, with its diagnosis
-  lab       open JupyterLab on the student notebooks
+  lab       open JupyterLab: the student's (your workspace) or the instructor's (--instructor)
   demo      grade a bundled demo class and print the gradebook
 """
 
@@ -43,8 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="where grades.csv, feedback/ and the reports go")
     p.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
     p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
-    p.add_argument("--cell-timeout", type=float, default=60.0, help="seconds one cell may run (default 60)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds one notebook may run (default 600)")
+    p.add_argument("--cell-timeout", type=float, default=None,
+                   help="seconds one cell may run (default: 10x the slowest cell of the lessons' own solutions, at least 10)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds one notebook may run (default: 10x the slowest solution notebook, at least 60)")
     p.add_argument("--memory-mb", type=int, default=3072, help="memory one notebook may add, MiB (default 3072)")
     p.add_argument(
         "--sandbox", choices=["auto", "bwrap", "none"], default="auto",
@@ -55,14 +58,37 @@ def main(argv: list[str] | None = None) -> int:
         "--gradebook", metavar="DB_URL",
         help="also write the scores into this nbgrader gradebook (e.g. sqlite:///gradebook.db) for formgrader and `nbgrader export`",
     )
+    p.add_argument(
+        "--shard", metavar="i/N",
+        help="grade only shard i of N (0 <= i < N; students split by a hash of their id), for "
+        "`transformer-course merge` to combine; e.g. $SLURM_ARRAY_TASK_ID/8 or $JOB_COMPLETION_INDEX/8",
+    )
+    p.add_argument(
+        "--executor", default="local", metavar="local|dask://HOST:PORT",
+        help="where notebooks run: `local` (default: --jobs fork servers here) or a Dask scheduler "
+        "(each worker starts its own fork servers; needs the `dask` extra; --jobs is not used)",
+    )
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("merge", help="combine the outputs of `grade --shard i/N` runs into what one run writes")
+    p.add_argument("shards", nargs="+", type=Path, help="the --out folders of all N shards (e.g. graded-*/)")
+    p.add_argument("--out", type=Path, required=True, help="where the merged grades.csv, feedback/ and reports go")
+    p.add_argument(
+        "--gradebook", metavar="DB_URL",
+        help="also write the scores into this nbgrader gradebook (e.g. sqlite:///gradebook.db)",
+    )
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("check", help="run a notebook's visible tests and explain what fails")
     p.add_argument("notebook", type=Path, help="your notebook (.ipynb), saved")
     p.add_argument("--cell-timeout", type=float, default=60.0, help="seconds one cell may run (default 60)")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("lab", help="open JupyterLab on notebooks/ with nbgrader's student tools")
+    p = sub.add_parser("lab", help="open JupyterLab: the student's on your workspace, or the instructor's (--instructor)")
+    p.add_argument("--workspace", type=Path, default=None,
+                   help="your folder of lessons (default: work/ in the course); made from notebooks/ on first "
+                        "start, only added to by updates of the course")
+    p.add_argument("--instructor", action="store_true", help="open the course root with Formgrader and every nbgrader tool")
     p.add_argument("--port", type=int, default=None, help="port (default: Jupyter's choice)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
     p.set_defaults(func=cmd_lab)
@@ -127,9 +153,11 @@ def _release_check(root: Path) -> int:
     return 0
 
 
-def cmd_grade(args) -> int:
-    from autograder.runner import Limits
+FIXED_TIMEOUT_S = 600.0
+FIXED_CELL_TIMEOUT_S = 60.0
 
+
+def cmd_grade(args) -> int:
     submitted = args.submitted
     if not submitted.is_dir():
         raise UsageError(f"{submitted} is not a folder of submissions")
@@ -138,17 +166,61 @@ def cmd_grade(args) -> int:
     out = args.out.resolve()
     if out == submitted.resolve() or submitted.resolve() in out.parents:
         raise UsageError("--out must not be inside the submissions folder (it is never written to)")
-    limits = Limits(wall_s=args.timeout, cell_s=args.cell_timeout, memory_mb=args.memory_mb)
-    from autograder.batch import grade_class
+    from autograder.batch import grade_class, parse_shard
+    from autograder.executors import check_executor
 
+    shard = parse_shard(args.shard) if args.shard is not None else None
+    limits = _grading_limits(args, out, shard)
+    executor = check_executor(args.executor)
     frame = grade_class(
         find_course_root(), submitted, out, jobs=args.jobs, limits=limits, only=args.assignment,
-        sandbox=args.sandbox, resume=not args.fresh, gradebook=args.gradebook,
+        sandbox=args.sandbox, resume=not args.fresh, gradebook=args.gradebook, shard=shard, executor=executor,
     )
     from autograder.reports import summary
 
     print(summary(frame))
     print(f"\nwrote {out / 'grades.csv'}, feedback/ and reports in {out}")
+    if shard is not None:
+        print(f"this is shard {shard[0]}/{shard[1]}: `transformer-course merge` combines all {shard[1]} shards")
+    return 0
+
+
+def _grading_limits(args, out: Path, shard):
+    """The limits given on the command line; where one is not given, measured from the course's
+    own solutions (``autograder.limits``), or the fixed defaults for a shard (every shard of a
+    class must grade under the same limits, and separate measurements could differ)."""
+    from autograder.runner import Limits
+
+    base = Limits(memory_mb=args.memory_mb)
+    if args.timeout is not None and args.cell_timeout is not None:
+        return Limits(wall_s=args.timeout, cell_s=args.cell_timeout, memory_mb=args.memory_mb)
+    if shard is not None:
+        wall = args.timeout if args.timeout is not None else FIXED_TIMEOUT_S
+        cell = args.cell_timeout if args.cell_timeout is not None else FIXED_CELL_TIMEOUT_S
+        print(f"shard: limits {cell:.0f} s a cell, {wall:.0f} s a notebook (give --cell-timeout and --timeout to change them)",
+              file=sys.stderr)
+        return Limits(wall_s=wall, cell_s=cell, memory_mb=args.memory_mb)
+    from autograder.limits import course_limits
+
+    measured = course_limits(find_course_root(), args.assignment, base, args.sandbox, out / ".cache")
+    limits = Limits(
+        wall_s=args.timeout if args.timeout is not None else measured.wall_s,
+        cell_s=args.cell_timeout if args.cell_timeout is not None else measured.cell_s,
+        memory_mb=args.memory_mb,
+    )
+    print(f"limits: {limits.cell_s:.0f} s a cell, {limits.wall_s:.0f} s a notebook "
+          "(measured from the course's own solutions; --cell-timeout and --timeout override)", file=sys.stderr)
+    return limits
+
+
+def cmd_merge(args) -> int:
+    from autograder.merge import merge_shards
+    from autograder.reports import summary
+
+    out = args.out.resolve()
+    frame = merge_shards(args.shards, out, gradebook=args.gradebook)
+    print(summary(frame))
+    print(f"\nmerged {len(args.shards)} shards: wrote {out / 'grades.csv'}, feedback/ and reports in {out}")
     return 0
 
 
@@ -159,23 +231,25 @@ def cmd_check(args) -> int:
 
 
 def cmd_lab(args) -> int:
+    from autograder.lab import lab_plan, resolve_workspace, sync_workspace, write_student_config
+
     root = find_course_root()
-    notebooks = root / RELEASE
-    if not notebooks.is_dir():
-        raise UsageError(f"{notebooks} does not exist; run `transformer-course release`")
     jupyter = shutil.which("jupyter", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if jupyter is None:
         raise UsageError("jupyter is not installed in this environment (pip install -e .)")
-    cmd = [jupyter, "lab", f"--ServerApp.root_dir={notebooks}"]
-    if args.port:
-        cmd.append(f"--ServerApp.port={args.port}")
-    if args.no_browser:
-        cmd.append("--no-browser")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--ServerApp.allow_root=True")
-    print("starting:", " ".join(cmd), file=sys.stderr)
-    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # a headless backend would hide every plot
-    return subprocess.call(cmd, cwd=root, env=env)
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    options = dict(port=args.port, no_browser=args.no_browser, as_root=as_root)
+    if args.instructor:
+        if args.workspace is not None:
+            raise UsageError("--workspace is the student's folder; the instructor's lab opens the course root")
+        plan = lab_plan(jupyter, root, instructor=True, **options)
+    else:
+        workspace = resolve_workspace(root, args.workspace)
+        print(sync_workspace(root / RELEASE, workspace).message())
+        plan = lab_plan(jupyter, root, workspace=workspace, **options)
+        write_student_config(plan.config_dir)
+    print("starting:", " ".join(plan.cmd), file=sys.stderr)
+    return subprocess.call(plan.cmd, cwd=plan.cwd, env=plan.env)
 
 
 def cmd_demo(args) -> int:

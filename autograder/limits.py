@@ -10,12 +10,18 @@ is slower, and a busy machine slows everything.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
+import shutil
+import tempfile
+from pathlib import Path
 
-from autograder.course import Lesson
+from autograder.course import Lesson, lessons
+from autograder.executors import lesson_isolations
 from autograder.grading import build_program
-from autograder.runner import Limits, run_steps
-from autograder.sandbox import Isolation
+from autograder.runner import Limits, run_steps, shutdown_servers
+from autograder.sandbox import Isolation, resolve_mode
 
 FACTOR = 10.0
 MIN_CELL_S = 10.0
@@ -67,3 +73,38 @@ def calibrate(lesson: Lesson, base: Limits, isolation: Isolation | None = None) 
         wall_s=_round_up(max(MIN_WALL_S, FACTOR * total)),
     )
     return Calibration(lesson.assignment, round(total, 2), round(slowest_s, 2), slowest, limits)
+
+
+def course_limits(root: Path, only: list[str] | None, base: Limits, sandbox: str, cache: Path | None = None) -> Limits:
+    """One set of limits for a grading run: the largest of the chosen lessons' calibrations.
+
+    Each lesson's solution runs in the same sandbox as the students' notebooks will. The result
+    is kept in ``cache`` (keyed by the lessons' contents and the sandbox), so a resumed or repeated
+    run does not measure again."""
+    mode = resolve_mode(sandbox)
+    chosen = [lesson for lesson in lessons(root) if not only or lesson.assignment in only]
+    digest = hashlib.sha256(json.dumps([mode, FACTOR, MIN_CELL_S, MIN_WALL_S]).encode())
+    for lesson in chosen:
+        digest.update(lesson.path.read_bytes())
+    cache_file = cache / f"limits-{digest.hexdigest()[:16]}.json" if cache is not None else None
+    if cache_file is not None and cache_file.is_file():
+        saved = json.loads(cache_file.read_text(encoding="utf-8"))
+        return dataclasses.replace(base, cell_s=float(saved["cell_s"]), wall_s=float(saved["wall_s"]))
+    folder = Path(tempfile.mkdtemp(prefix="tc-limits-"))
+    isolations = lesson_isolations(mode, root, folder, lessons(root), chosen, [], folder.name)
+    try:
+        found = [calibrate(lesson, base, isolations[lesson.assignment]) for lesson in chosen]
+    finally:
+        for key in {iso.key for iso in isolations.values()}:
+            shutdown_servers(key)
+        shutil.rmtree(folder, ignore_errors=True)
+    limits = dataclasses.replace(
+        base,
+        cell_s=max((c.limits.cell_s for c in found), default=MIN_CELL_S),
+        wall_s=max((c.limits.wall_s for c in found), default=MIN_WALL_S),
+    )
+    if cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        cache_file.write_text(json.dumps({"cell_s": limits.cell_s, "wall_s": limits.wall_s,
+                                          "lessons": [dataclasses.asdict(c) for c in found]}, indent=1), encoding="utf-8")
+    return limits

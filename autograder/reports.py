@@ -50,7 +50,7 @@ def pass_rates(frame: pd.DataFrame) -> pd.DataFrame:
     return counts
 
 
-def write_reports(results: list[NotebookResult], out: Path) -> pd.DataFrame:
+def write_reports(results: list[NotebookResult], out: Path, submitted: Path | list[Path] | None = None) -> pd.DataFrame:
     out.mkdir(parents=True, exist_ok=True)
     frame = gradebook(results)
     frame.to_csv(out / "grades.csv", index=False)
@@ -72,7 +72,36 @@ def write_reports(results: list[NotebookResult], out: Path) -> pd.DataFrame:
         by_student.setdefault(result.student, []).append(result)
     for student, mine in by_student.items():
         (feedback / f"{_safe(student)}.html").write_text(feedback_html(student, mine), encoding="utf-8")
+    write_nbgrader_feedback(results, feedback, submitted)
     return frame
+
+
+NBGRADER_SIDECARS = ("timestamp.txt", "submission_secret.txt")
+
+
+def write_nbgrader_feedback(results: list[NotebookResult], feedback: Path,
+                            submitted: Path | list[Path] | None = None) -> None:
+    """The same feedback in nbgrader's layout, ``<student>/<assignment>/<notebook>.html``, one page
+    per notebook, so that ``nbgrader release_feedback`` hands each student their own page.
+
+    ``release_feedback`` also reads the ``timestamp.txt`` and ``submission_secret.txt`` that
+    ``nbgrader collect`` put next to each submission (the secret is how the student's
+    ``fetch_feedback`` finds their page): they are copied from ``submitted``, the folder that was
+    graded, or the first of several folders in the same ``<student>/<assignment>/`` layout
+    (a merge passes its shards' ``feedback/`` folders).
+    """
+    sources = [] if submitted is None else [submitted] if isinstance(submitted, (str, Path)) else list(submitted)
+    for r in results:
+        if not r.student or r.student.startswith(".") or "/" in r.student or "\\" in r.student:
+            continue  # never a path outside feedback/ (student ids are folder names of submitted/)
+        folder = feedback / r.student / r.assignment
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{Path(r.notebook).stem}.html").write_text(feedback_html(r.student, [r]), encoding="utf-8")
+        for name in NBGRADER_SIDECARS:
+            found = [Path(s) / r.student / r.assignment / name for s in sources]
+            found = [p for p in found if p.is_file()]
+            if found:
+                (folder / name).write_bytes(found[0].read_bytes())
 
 
 def _safe(name: str) -> str:
@@ -94,7 +123,9 @@ def _histogram(frame: pd.DataFrame, path: Path) -> None:
     ax.set_ylabel("students")
     ax.set_title(f"Scores of {len(per_student)} students")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    # no version or date in the file: the same scores give the same bytes (a merge of shards
+    # writes exactly what one run writes)
+    fig.savefig(path, dpi=100, metadata={"Software": None})
 
 
 STYLE = """

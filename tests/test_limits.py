@@ -38,3 +38,17 @@ def test_a_solution_that_fails_in_the_grader_is_refused(tmp_path):
     broken.write_text(json.dumps(nb), encoding="utf-8")
     with pytest.raises(CalibrationError, match="broken on purpose"):
         calibrate(load_lesson(broken, A), Limits())
+
+
+@pytest.mark.slow
+def test_a_run_measures_once_and_keeps_the_limits(tmp_path):
+    from autograder.limits import course_limits
+
+    first = course_limits(ROOT, ["01-tokens-and-embeddings", A], Limits(), "none", tmp_path)
+    (saved,) = tmp_path.glob("limits-*.json")
+    record = json.loads(saved.read_text())
+    assert [c["assignment"] for c in record["lessons"]] == ["01-tokens-and-embeddings", A]
+    assert first.cell_s == max(c["limits"]["cell_s"] for c in record["lessons"])
+    record["cell_s"] = 999.0  # the kept file is what a second run uses: it does not measure again
+    saved.write_text(json.dumps(record))
+    assert course_limits(ROOT, ["01-tokens-and-embeddings", A], Limits(), "none", tmp_path).cell_s == 999.0

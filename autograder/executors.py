@@ -1,0 +1,143 @@
+"""Where the notebooks of a grading run are graded: threads on this machine, or a Dask pool.
+
+``grade_class`` makes the list of jobs (student × lesson, what the cache does not already hold)
+and hands it to an executor, which yields each job's ``NotebookResult`` with its timing, in the
+order they finish:
+
+``local`` (the default)
+    ``--jobs`` threads in this process; each thread hands its notebook to a fork server of this
+    machine (``autograder.runner``), so student code runs in children of those servers, never here.
+
+``dask://HOST:PORT``
+    a running Dask ``distributed`` scheduler (``autograder.dask_executor``, optional extra ``dask``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.course import CourseError, Lesson
+from autograder.grading import ExerciseResult, NotebookResult, TestResult, grade_notebook
+from autograder.runner import Limits, shutdown_servers
+from autograder.sandbox import Isolation, isolation
+
+DASK_SCHEME = "dask://"
+
+
+@dataclass
+class Job:
+    """One notebook to grade: ``path`` None means the student handed nothing in."""
+
+    student: str
+    lesson: Lesson
+    path: Path | None
+
+
+@dataclass
+class Timing:
+    """When and where one job ran: a row of ``jobs.csv`` (times are Unix seconds)."""
+
+    student: str
+    assignment: str
+    worker: str
+    queued_at: float | None = None  # handed to the executor (the grading machine's clock)
+    started_at: float | None = None  # began on its worker (the worker's clock)
+    finished_at: float | None = None
+
+
+def notebook_result(data: dict) -> NotebookResult:
+    """A ``NotebookResult`` from its plain-data form (``dataclasses.asdict``)."""
+    data = dict(data)
+    exercises = [
+        ExerciseResult(**{**e, "tests": [TestResult(**t) for t in e["tests"]]}) for e in data.pop("exercises")
+    ]
+    return NotebookResult(**data, exercises=exercises)
+
+
+def lesson_isolations(
+    mode: str, root: Path, base: Path, course: list[Lesson], chosen: list[Lesson], private: list[Path], tag: str
+) -> dict[str, Isolation]:
+    """The isolation of each chosen lesson: its own reference module and later ones hidden.
+
+    ``tag`` makes the isolation keys (which group fork servers) private to one executor, so
+    closing it never stops the servers of another run in the same process."""
+    order = [lesson.assignment for lesson in course]
+    found = {}
+    for lesson in chosen:
+        later = course[order.index(lesson.assignment):]
+        hidden = [m for m in (le.notebook["metadata"].get("course", {}).get("reference_module") for le in later) if m]
+        iso = isolation(mode, root, base, hidden, private)
+        found[lesson.assignment] = dataclasses.replace(iso, key=f"{iso.key}@{tag}")
+    return found
+
+
+class LocalExecutor:
+    """``jobs`` threads, each grading through a fork server of this machine."""
+
+    def __init__(self, root: Path, course: list[Lesson], chosen: list[Lesson], mode: str, private: list[Path], jobs: int):
+        self.jobs = max(1, jobs)
+        self.base = Path(tempfile.mkdtemp(prefix="tc-grading-"))
+        self.isolations = lesson_isolations(mode, root, self.base, course, chosen, private, self.base.name)
+        self.host = socket.gethostname()
+
+    def describe(self) -> str:
+        return f"{self.jobs} local job{'s' if self.jobs != 1 else ''}"
+
+    def _one(self, job: Job, limits: Limits, queued: float) -> tuple[NotebookResult, Timing]:
+        started = time.time()
+        result = grade_notebook(job.lesson, job.path, job.student, limits, self.isolations[job.lesson.assignment])
+        where = f"{self.host}/{threading.current_thread().name}"
+        return result, Timing(job.student, job.lesson.assignment, where, queued, started, time.time())
+
+    def run(self, jobs: list[Job], limits: Limits) -> Iterator[tuple[NotebookResult, Timing]]:
+        pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="grade")
+        try:
+            pending = {pool.submit(self._one, job, limits, time.time()) for job in jobs}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+        finally:  # an error or Ctrl-C: drop what has not started instead of grading it first
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        for key in {iso.key for iso in self.isolations.values()}:
+            shutdown_servers(key)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def check_executor(spec: str) -> str:
+    """``spec`` if it names an executor (``local`` or ``dask://HOST:PORT``); else CourseError."""
+    if spec == "local":
+        return spec
+    if spec.startswith(DASK_SCHEME) and ":" in spec[len(DASK_SCHEME):].strip("/"):
+        return spec
+    raise CourseError(f"--executor takes `local` or `dask://HOST:PORT` (a Dask scheduler), not {spec!r}")
+
+
+def make_executor(spec, root: Path, course: list[Lesson], chosen: list[Lesson], mode: str, private: list[Path],
+                  jobs: int, fingerprint: str):
+    """The executor ``spec`` names; a ``distributed.Client`` is also accepted (a Dask pool)."""
+    if not isinstance(spec, str):
+        from autograder.dask_executor import DaskExecutor
+
+        return DaskExecutor(spec, root, chosen, mode, fingerprint)
+    check_executor(spec)
+    if spec == "local":
+        return LocalExecutor(root, course, chosen, mode, private, jobs)
+    try:
+        from autograder.dask_executor import DaskExecutor
+    except ImportError as exc:
+        raise CourseError(
+            f"--executor {spec} needs Dask's distributed ({exc.name} is missing): pip install 'transformer-course[dask]'"
+        ) from None
+    return DaskExecutor(spec, root, chosen, mode, fingerprint)

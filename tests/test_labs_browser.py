@@ -1,0 +1,263 @@
+"""The two labs of ``transformer-course lab``, in a real browser (headless Chromium, Playwright):
+
+* the student's: no instructor tool anywhere (no Formgrader, Create Assignment or Course List in
+  the menus, the launcher, the command palette or the side bars; ``/formgrader`` answers 404; the
+  disabled plugins are locked, so JupyterLab's plugin manager refuses to switch them back on),
+  while the Assignments list and the Validate button are there;
+* the instructor's (``--instructor``): Formgrader opens and lists the course's assignments.
+
+Both are started by the real command (``python -m autograder.cli lab``), on 127.0.0.1 with a
+token, in a temporary HOME; the instructor's on a temporary copy of the course, so nothing is
+written into the checkout. Locally the tests are skipped without Playwright or Chromium; with
+``CI`` set they fail (see test_browser.py).
+"""
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    ROOT,
+    free_port,
+    lab_env,
+    missing,
+    server_answers,
+    stop,
+)
+
+from autograder.course import RELEASE
+from autograder.lab import INSTRUCTOR_PLUGINS
+
+SERVER_START_S = 120
+APP_READY_S = 120
+# what a student must never be offered, as JupyterLab labels it
+INSTRUCTOR_LABELS = ("Formgrader", "Create assignment", "Create Assignment", "Course List", "Courses")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("playwright is not installed")
+    if not os.access(CHROMIUM, os.X_OK):
+        missing(f"no Chromium at {CHROMIUM} (set TRANSFORMER_COURSE_CHROMIUM)")
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(30_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    log: Path
+    workspace: Path | None = None
+
+
+def http(lab: Lab, path: str, method: str = "GET", body: dict | None = None) -> tuple[int, str]:
+    """Status and text of a request to the lab on loopback (never through a proxy)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{lab.url}{path}", data=data, method=method,
+                                     headers={"Authorization": f"token {lab.token}", "Content-Type": "application/json"})
+    try:
+        with opener.open(request, timeout=10) as reply:
+            return reply.status, reply.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode("utf-8", "replace")
+
+
+def start_lab(tmp: Path, args: list[str], course: Path):
+    """``transformer-course lab ARGS`` on a free port; yields a Lab, then stops it."""
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    env = dict(lab_env(home), JUPYTER_TOKEN=token, TRANSFORMER_COURSE_ROOT=str(course))
+    log_path = tmp / "lab.log"
+    for _attempt in range(3):  # another process may take the free port before Jupyter does
+        port = free_port()
+        cmd = [sys.executable, "-m", "autograder.cli", "lab", *args, "--no-browser", f"--port={port}"]
+        with open(log_path, "a") as log:
+            proc = subprocess.Popen(cmd, cwd=course, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + SERVER_START_S
+            while proc.poll() is None and time.monotonic() < deadline and not server_answers(port, token):
+                time.sleep(0.5)
+            if proc.poll() is None and server_answers(port, token):
+                yield Lab(f"http://127.0.0.1:{port}", token, log_path)
+                return
+        finally:
+            stop(proc)
+    pytest.fail(f"`transformer-course lab {' '.join(args)}` did not answer; its log:\n{log_path.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="module")
+def student_lab(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("student-lab")
+    for lab in start_lab(tmp, ["--workspace", str(tmp / "work")], ROOT):
+        lab.workspace = tmp / "work"
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def instructor_lab(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("instructor-lab")
+    course = tmp / "course"  # formgrader writes its gradebook.db into the course root: never the checkout's
+    for name in ("solutions", RELEASE, "helpers", "autograder", "nbgrader_config.py"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, course / name, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+        else:
+            shutil.copyfile(source, course / name)
+    yield from start_lab(tmp, ["--instructor"], course)
+
+
+def open_lab(page, lab: Lab, path: str = "") -> None:
+    page.goto(f"{lab.url}/lab{path}?token={lab.token}", timeout=90_000)
+    page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first.wait_for(state="visible", timeout=APP_READY_S * 1000)
+
+
+def menu_labels(page, menu: str) -> list[str]:
+    """The labels of the visible items of a menu of the menu bar (the menu is closed again)."""
+    page.locator(".lm-MenuBar-item").filter(has_text=menu).first.click()
+    page.locator(".lm-Menu").first.wait_for(state="visible")
+    labels = page.evaluate("""() => Array.from(document.querySelectorAll('.lm-Menu .lm-Menu-item'))
+        .filter(item => item.offsetParent !== null)
+        .map(item => (item.querySelector('.lm-Menu-itemLabel') || item).textContent.trim())""")
+    page.keyboard.press("Escape")
+    return labels
+
+
+def palette_labels(page, query: str) -> list[str]:
+    """What the command palette offers for ``query``."""
+    palette = page.locator(".lm-CommandPalette-input")
+    if not palette.is_visible():
+        page.keyboard.press("Control+Shift+C")
+        palette.wait_for(state="visible", timeout=10_000)
+    palette.fill(query)
+    page.wait_for_timeout(500)
+    labels = page.evaluate("""() => Array.from(document.querySelectorAll('.lm-CommandPalette-item'))
+        .filter(item => item.offsetParent !== null)
+        .map(item => item.querySelector('.lm-CommandPalette-itemLabel').textContent.trim())""")
+    palette.fill("")
+    return labels
+
+
+def screenshot_on_failure(page, lab: Lab, tmp_path: Path, name: str):
+    try:
+        page.screenshot(path=str(tmp_path / f"{name}-failure.png"))
+        print(f"screenshot: {tmp_path / f'{name}-failure.png'}")
+    except Exception as exc:  # noqa: BLE001 - the first error is the one to report
+        print(f"no screenshot: {exc}")
+    print(f"the lab's log:\n{lab.log.read_text()[-5000:]}")
+
+
+def test_student_lab_has_no_instructor_tool(page, student_lab, tmp_path):
+    lab = student_lab
+    try:
+        student_lab_checks(page, lab, tmp_path)
+    except Exception:
+        screenshot_on_failure(page, lab, tmp_path, "student-lab")
+        raise
+
+
+def student_lab_checks(page, lab: Lab, tmp_path: Path) -> None:
+    # the workspace was made from the release, and the lab opens it (not notebooks/)
+    notebook = "01-tokens-and-embeddings/01-tokens-and-embeddings.ipynb"
+    assert (lab.workspace / notebook).read_bytes() == (ROOT / RELEASE / notebook).read_bytes()
+    status, listing = http(lab, "/api/contents")
+    assert status == 200 and "01-tokens-and-embeddings" in listing, listing[:500]
+
+    # the server: no formgrader, no instructor course list; the student's handlers answer
+    assert http(lab, "/formgrader")[0] == 404, "formgrader's server extension is not loaded"
+    assert http(lab, "/formgraders")[0] == 404, "course_list's server extension is not loaded"
+    assert http(lab, "/nbgrader_version?version=0.9.6")[0] == 200
+    # the disabled plugins are locked: JupyterLab's plugin manager refuses to enable them
+    status, locks = http(lab, "/lab/api/plugins")
+    assert status == 200 and set(INSTRUCTOR_PLUGINS) <= set(json.loads(locks)["lockRules"]), locks
+    status, reply = http(lab, "/lab/api/plugins", "POST", {"cmd": "enable", "plugin_name": INSTRUCTOR_PLUGINS[0]})
+    assert status >= 400 or json.loads(reply).get("status") == "error", reply
+
+    open_lab(page, lab)
+    launcher = page.locator(".jp-Launcher")
+    launcher.first.wait_for(state="visible", timeout=60_000)
+    launcher_text = launcher.first.text_content()
+    assert "Notebook" in launcher_text
+    for label in INSTRUCTOR_LABELS:
+        assert label not in launcher_text, f"the launcher offers {label}"
+
+    nbgrader_menu = menu_labels(page, "Nbgrader")
+    assert "Assignment List" in nbgrader_menu, nbgrader_menu
+    for menu in ("File", "View", "Nbgrader", "Help"):
+        labels = menu_labels(page, menu)
+        assert not [x for x in labels if any(w in x for w in INSTRUCTOR_LABELS)], f"{menu} menu: {labels}"
+
+    assert "Assignment List" in palette_labels(page, "assignment list"), "the palette works and lists nbgrader"
+    for query in ("formgrader", "create assignment", "course list"):
+        offered = palette_labels(page, query)
+        assert not [x for x in offered if any(w.lower() in x.lower() for w in INSTRUCTOR_LABELS)], (query, offered)
+    page.keyboard.press("Escape")
+    assert page.evaluate("() => document.getElementById('nbgrader-create_assignemnt')") is None, \
+        "no Create Assignment side panel"
+    sidebar = page.evaluate("() => Array.from(document.querySelectorAll('.lm-TabBar-tab')).map(t => t.title + ' ' + t.textContent)")
+    assert not [t for t in sidebar if "Create Assignment" in t or "Formgrader" in t], sidebar
+
+    # the Assignments list opens, and a notebook has nbgrader's Validate button
+    page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first.click()
+    page.locator(".lm-Menu-item").filter(has_text="Assignment List").first.click()
+    page.locator("#nbgrader-assignment-list").wait_for(state="visible", timeout=30_000)
+    assert "Released assignments" in page.locator("#nbgrader-assignment-list").text_content()
+
+    open_lab(page, lab, f"/tree/{notebook}")
+    page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=90_000)
+    validate = page.locator(".jp-NotebookPanel-toolbar").get_by_role("button", name="Validate")
+    validate.wait_for(state="visible", timeout=30_000)
+    assert validate.count() == 1
+    page.screenshot(path=str(tmp_path / "student-lab.png"))
+
+
+def test_instructor_lab_opens_formgrader(page, instructor_lab, tmp_path):
+    lab = instructor_lab
+    try:
+        assert http(lab, "/formgrader")[0] == 200
+        open_lab(page, lab)
+        labels = menu_labels(page, "Nbgrader")
+        assert {"Assignment List", "Formgrader", "Course List"} <= set(labels), labels
+        page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first.click()
+        page.locator(".lm-Menu-item").filter(has=page.locator(".lm-Menu-itemLabel", has_text="Formgrader")).first.click()
+        page.locator("#formgrader").wait_for(state="visible", timeout=30_000)
+        frame = page.frame_locator("#formgrader iframe")
+        frame.get_by_text("Manage Assignments").first.wait_for(state="visible", timeout=60_000)
+        frame.get_by_text("03-self-attention").first.wait_for(state="visible", timeout=60_000)
+        page.screenshot(path=str(tmp_path / "instructor-formgrader.png"))
+    except Exception:
+        screenshot_on_failure(page, lab, tmp_path, "instructor-lab")
+        raise
