@@ -3,7 +3,7 @@ correct answers written differently get full marks; the reference's filters beha
 
 import pytest
 import torch
-from harness import edited, grade_submissions, row, solution_answers
+from harness import assert_costs_only_its_exercise, edited, grade_submissions, row, solution_answers
 
 from helpers.reference.sampling import sample_next, top_k_filter, top_p_filter
 
@@ -116,12 +116,7 @@ def graded(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(MISTAKES))
 def test_mistake_loses_exactly_its_exercise(graded, name):
     exercise, _, words = MISTAKES[name]
-    for r in graded[graded.student_id == name].itertuples():
-        if r.exercise == exercise:
-            assert r.score == 0 and r.status == "failed", (r.status, r.message)
-            assert words in r.message, r.message
-        else:
-            assert r.score == r.max_score, (r.exercise, r.message)
+    assert_costs_only_its_exercise(graded, name, exercise, words)
 
 
 @pytest.mark.slow
@@ -158,3 +153,57 @@ def test_sample_next_greedy_shapes_and_reproducibility():
     a = sample_next(logits.repeat(50, 1), generator=torch.Generator().manual_seed(3))
     b = sample_next(logits.repeat(50, 1), generator=torch.Generator().manual_seed(3))
     assert a.shape == (100,) and a.dtype == torch.long and torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lesson's text: what it states must hold for any trained model, not one checkpoint
+
+
+def _cells():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / A / f"{A}.ipynb"
+    return [(c["cell_type"], c.get("id"), "".join(c["source"])) for c in json.loads(path.read_text("utf-8"))["cells"]]
+
+
+def test_the_temperature_is_never_written_T():
+    """T is the sequence length in the shape legend; the temperature is written out, or τ."""
+    import re
+
+    pattern = re.compile(r"\bT\s*(=\s*[0-9.]|[<>]\s*[0-9]|→)")
+    found = [(cid, m.group(0)) for _, cid, src in _cells() for m in pattern.finditer(src)]
+    assert not found, found
+
+
+def test_the_model_comes_from_the_course_cache_or_is_trained_there():
+    cells = {cid: src for _, cid, src in _cells()}
+    code = cells["l08-06"]
+    assert "course_checkpoint_path()" in code and "save_checkpoint(" in code and "train(" in code
+    assert "not QUICK" in code or "if QUICK" in code, "only the full setting saves the model it trained"
+    assert "checkpoints/" not in "".join(cells.values()), "the repository holds no checkpoints/ folder"
+
+
+def test_the_prose_quotes_no_measured_share_head_or_loss():
+    """Figures come from the cells' output; the markdown gives ranges and names no specific head."""
+    import re
+
+    rules = [
+        (re.compile(r"\b\d+(\.\d+)?\s*%"), "a percentage"),
+        (re.compile(r"\blayer \d+,? head \d+", re.I), "a specific head"),
+        (re.compile(r"\b(layer|head) \d+\b(?!\))", re.I), "a specific layer or head"),
+        (re.compile(r"\breaches \d\.\d\d"), "a measured loss"),
+    ]
+    found = []
+    for kind, cid, src in _cells():
+        if kind != "markdown":
+            continue
+        for pattern, what in rules:
+            found += [(cid, what, m.group(0)) for m in pattern.finditer(src)]
+    assert not found, found
+
+
+def test_the_model_is_called_gpt2_style():
+    texts = "".join(src for kind, _, src in _cells() if kind == "markdown")
+    assert "GPT-2's architecture" not in texts
+    assert "GPT-2-style" in texts

@@ -23,6 +23,7 @@ from helpers.plotting import (  # noqa: E402
     plot_causal_mask,
     plot_loss_curves,
     plot_query_key_products,
+    plot_tokens_kept,
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -80,6 +81,7 @@ ALL_PLOTS = {
         torch.softmax(torch.randn(2, 3, 5, 5), dim=-1), "hello"
     ),
     "loss_curves": lambda: plot_loss_curves({"train": [3.0, 2.0, 1.5]}),
+    "tokens_kept": lambda: plot_tokens_kept(torch.tensor([3, 1, 7, 2, 2]), "hello", p=0.9, k=3),
 }
 
 
@@ -114,6 +116,15 @@ def test_draws_into_a_given_axes_without_making_a_figure(plot, data):
     assert got_ax is ax and got_fig is fig
     assert len(plt.get_fignums()) == n_figures
     assert ax.images, "nothing was drawn into the given axes"
+
+
+def test_tokens_kept_draws_into_a_given_axes():
+    fig, ax = plt.subplots()
+    n_figures = len(plt.get_fignums())
+    got_fig, got_ax = plot_tokens_kept([2, 5, 1], "abc", p=0.8, k=2, ax=ax)
+    assert got_ax is ax and got_fig is fig
+    assert len(plt.get_fignums()) == n_figures
+    assert len(ax.get_lines()) == 2
 
 
 def test_loss_curves_draw_into_a_given_axes():
@@ -457,3 +468,64 @@ def test_loss_curves_from_a_dict_of_sequences():
 def test_loss_curves_reject_bad_input(log, message):
     with pytest.raises(ValueError, match=message):
         plot_loss_curves(log)
+
+
+# --- tokens kept by top-p against top-k ---------------------------------------------------------
+
+
+def test_tokens_kept_draws_top_p_as_steps_and_top_k_as_a_flat_line():
+    kept = torch.tensor([4, 1, 12, 3, 3, 7])
+    fig, ax = plot_tokens_kept(kept, "ab c\nd", p=0.9, k=5, n_vocab=65)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"top-p (p = 0.9)", "top-k (k = 5)", "no filter (all 65)"}
+    top_p = lines["top-p (p = 0.9)"]
+    np.testing.assert_array_equal(top_p.get_xdata(), np.arange(6))
+    np.testing.assert_array_equal(top_p.get_ydata(), kept.numpy())
+    assert top_p.get_drawstyle().startswith("steps"), "top-p is drawn as steps, one level per position"
+    assert top_p.get_marker() not in (None, "None", "")
+    flat = lines["top-k (k = 5)"]
+    assert np.all(np.asarray(flat.get_ydata()) == 5), "top-k keeps the same count everywhere"
+    assert flat.get_xdata()[0] <= 0 and flat.get_xdata()[-1] >= 5, "the top-k line spans every position"
+    assert flat.get_linestyle() == "--"
+    assert np.allclose(lines["no filter (all 65)"].get_ydata(), 65)
+    assert not np.allclose(to_rgba(top_p.get_color()), to_rgba(flat.get_color()))
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "top-p (p = 0.9)" in legend and "top-k (k = 5)" in legend
+    assert tick_texts(ax, "x") == ["0: a", "1: b", "2: ␣", "3: c", "4: ↵", "5: d"]
+    assert "top-p" in ax.get_title() and "top-k" in ax.get_title()
+    assert ax.get_xlabel() == "position: the token just read"
+    assert "kept" in ax.get_ylabel()
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 65, "counts start at 0 and nothing is cut off"
+    png_bytes(fig)
+
+
+def test_tokens_kept_without_k_or_tokens_draws_only_top_p():
+    fig, ax = plot_tokens_kept(np.array([2.0, 2.0, 9.0]), title="Nucleus size")
+    assert [line.get_label() for line in ax.get_lines()] == ["top-p"]
+    assert tick_texts(ax, "x") == ["0", "1", "2"]
+    assert ax.get_xlabel() == "position" and ax.get_title() == "Nucleus size"
+
+
+def test_tokens_kept_thins_out_ticks_on_a_long_text():
+    text = "To be, or not to be, that is the question:\n" * 3
+    fig, ax = plot_tokens_kept(torch.ones(len(text), dtype=torch.long), text, k=1)
+    labels = tick_texts(ax, "x")
+    assert 0 < len(labels) <= len(text) and labels[0] == "0: T"
+    png_bytes(fig)
+
+
+@pytest.mark.parametrize(
+    "kept, kwargs, message",
+    [
+        (torch.ones(2, 3), {}, r"1-D.*\(2, 3\)"),
+        ([], {}, "non-empty"),
+        ([1, -2], {}, "counts"),
+        ([1, float("nan")], {}, "counts"),
+        ([1, 2], {"k": 0}, "k must be"),
+        ([1, 2], {"p": 1.5}, r"p must lie in \(0, 1\]"),
+        ([1, 2, 3], {"tokens": "ab"}, r"tokens has 2 entries but the \w+ axis has 3 positions"),
+    ],
+)
+def test_tokens_kept_rejects_bad_input(kept, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plot_tokens_kept(kept, **kwargs)

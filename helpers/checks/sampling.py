@@ -76,7 +76,7 @@ TEMPERATURE_CASES = [
 TEMPERATURE_HIDDEN_CASES = [
     ("a (2, 3, 4) batch", torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64), 0.7),
     ("an int temperature", _logits([0.05, 0.7, 0.25]), 3),
-    ("temperature 1", _logits([0.2, 0.3, 0.1, 0.4], torch.float32), 1.0),
+    ("float32 logits", _logits([0.2, 0.3, 0.1, 0.4], torch.float32), 1.0),
 ]
 
 
@@ -109,10 +109,10 @@ def _judge_temperature(cases):
                 continue
             variants = {
                 "you multiplied by the temperature instead of dividing: a high temperature must flatten "
-                "the distribution (logits / T shrinks their differences)": logits * t,
+                "the distribution (logits / temperature shrinks their differences)": logits * t,
                 "you returned probabilities (a softmax): return logits, divided by the temperature; "
                 "the softmax comes later, after the filters": torch.softmax(logits / t, dim=-1),
-                "you divided the probabilities, not the logits: softmax(logits) / T is a rescaled "
+                "you divided the probabilities, not the logits: softmax(logits) / temperature is a rescaled "
                 "distribution that renormalises to the same one, so the temperature has no effect":
                     torch.softmax(logits, dim=-1) / t,
                 "you returned the logits unchanged": logits,
@@ -123,8 +123,8 @@ def _judge_temperature(cases):
                 raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
             raise CheckFailed(f"{what} should return logits / temperature. Evidence: {evidence}.")
         return (
-            "apply_temperature: " + ", ".join(f"{c[0]} at T={c[2]}" for c in cases)
-            + ": logits / T, input untouched."
+            "apply_temperature: " + ", ".join(f"{c[0]} (temperature {c[2]:g})" for c in cases)
+            + ": logits / temperature, input untouched."
         )
 
     return judge
