@@ -170,8 +170,8 @@ def cmd_grade(args) -> int:
     from autograder.executors import check_executor
 
     shard = parse_shard(args.shard) if args.shard is not None else None
+    executor = check_executor(args.executor)  # every usage error before the (slower) measuring of limits
     limits = _grading_limits(args, out, shard)
-    executor = check_executor(args.executor)
     frame = grade_class(
         find_course_root(), submitted, out, jobs=args.jobs, limits=limits, only=args.assignment,
         sandbox=args.sandbox, resume=not args.fresh, gradebook=args.gradebook, shard=shard, executor=executor,
