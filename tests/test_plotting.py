@@ -529,3 +529,23 @@ def test_tokens_kept_thins_out_ticks_on_a_long_text():
 def test_tokens_kept_rejects_bad_input(kept, kwargs, message):
     with pytest.raises(ValueError, match=message):
         plot_tokens_kept(kept, **kwargs)
+
+
+def test_bars_are_drawn_in_order_with_their_values(tmp_path):
+    from helpers.plotting import plot_bars
+
+    fig, ax = plot_bars(["aten::mm", "aten::softmax", "aten::add"], torch.tensor([3.5, 1.25, 0.5]), unit="ms per step",
+                        title="Where the time goes")
+    assert [round(p.get_width(), 2) for p in ax.patches] == [3.5, 1.25, 0.5]
+    assert ax.patches[0].get_y() > ax.patches[-1].get_y()  # the first label on top
+    assert [t.get_text() for t in ax.texts] == ["3.5", "1.2", "0.5"]
+    assert ax.get_xlabel() == "ms per step" and ax.get_title() == "Where the time goes"
+    fig.savefig(tmp_path / "bars.png")
+    plt.close(fig)
+    fig, own = plt.subplots()
+    assert plot_bars(["a"], [1.0], ax=own)[1] is own
+    plt.close(fig)
+    with pytest.raises(ValueError, match="same length"):
+        plot_bars(["a", "b"], [1.0])
+    with pytest.raises(ValueError, match=">= 0"):
+        plot_bars(["a"], [float("nan")])
