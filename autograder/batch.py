@@ -17,7 +17,7 @@ from autograder.course import CourseError, Lesson, lessons
 from autograder.executors import Job, Timing, check_executor, make_executor, notebook_result
 from autograder.grading import NotebookResult, locate
 from autograder.reports import write_reports
-from autograder.runner import Limits
+from autograder.runner import LessonLimits, Limits, limits_data, limits_for
 from autograder.sandbox import resolve_mode
 
 CACHE = ".cache"
@@ -42,9 +42,10 @@ def course_fingerprint(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _key(fingerprint: str, lesson: Lesson, path: Path | None, limits: Limits, mode: str) -> str:
+def _key(fingerprint: str, lesson: Lesson, path: Path | None, limits: Limits | LessonLimits, mode: str) -> str:
     digest = hashlib.sha256(fingerprint.encode())
-    digest.update(json.dumps([lesson.assignment, dataclasses.asdict(limits), mode, path.name if path else None]).encode())
+    own = dataclasses.asdict(limits_for(limits, lesson.assignment))
+    digest.update(json.dumps([lesson.assignment, own, mode, path.name if path else None]).encode())
     digest.update(path.read_bytes() if path is not None and path.is_file() else b"<absent>")
     return digest.hexdigest()
 
@@ -105,7 +106,7 @@ def roster_digest(students: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(students)).encode("utf-8")).hexdigest()
 
 
-def manifest(fingerprint: str, limits: Limits, mode: str, assignments: list[str], roster: list[str],
+def manifest(fingerprint: str, limits: Limits | LessonLimits, mode: str, assignments: list[str], roster: list[str],
              shard: tuple[int, int] | None, graded: list[tuple[str, str, str]]) -> dict:
     """What ``MANIFEST`` says about a run. Nothing in it depends on time or place, so one
     unsharded run and the merge of its N shards write the same bytes."""
@@ -113,7 +114,7 @@ def manifest(fingerprint: str, limits: Limits, mode: str, assignments: list[str]
     return {
         "format": MANIFEST_FORMAT,
         "course_fingerprint": fingerprint,
-        "limits": dataclasses.asdict(limits),
+        "limits": limits_data(limits),
         "sandbox": mode,
         "assignments": list(assignments),
         "class": {"students": len(roster), "digest": roster_digest(roster)},
@@ -158,7 +159,7 @@ def grade_class(
     out: Path,
     *,
     jobs: int = 1,
-    limits: Limits | None = None,
+    limits: Limits | LessonLimits | None = None,
     only: list[str] | None = None,
     sandbox: str = "auto",
     resume: bool = True,

@@ -170,7 +170,9 @@ def cmd_grade(args) -> int:
     from autograder.executors import check_executor
 
     shard = parse_shard(args.shard) if args.shard is not None else None
-    executor = check_executor(args.executor)  # every usage error before the (slower) measuring of limits
+    executor = check_executor(args.executor)  # every usage error before the limits are measured or printed
+    if shard is not None and args.gradebook:
+        raise UsageError("--gradebook with --shard: write the gradebook once, with `transformer-course merge ... --gradebook`")
     limits = _grading_limits(args, out, shard)
     frame = grade_class(
         find_course_root(), submitted, out, jobs=args.jobs, limits=limits, only=args.assignment,
@@ -201,15 +203,26 @@ def _grading_limits(args, out: Path, shard):
               file=sys.stderr)
         return Limits(wall_s=wall, cell_s=cell, memory_mb=args.memory_mb)
     from autograder.limits import course_limits
+    from autograder.runner import LessonLimits
 
     measured = course_limits(find_course_root(), args.assignment, base, args.sandbox, out / ".cache")
-    limits = Limits(
-        wall_s=args.timeout if args.timeout is not None else measured.wall_s,
-        cell_s=args.cell_timeout if args.cell_timeout is not None else measured.cell_s,
-        memory_mb=args.memory_mb,
+    limits = LessonLimits(
+        _override(measured.default, args),
+        tuple((assignment, _override(own, args)) for assignment, own in measured.lessons),
     )
-    print(f"limits: {limits.cell_s:.0f} s a cell, {limits.wall_s:.0f} s a notebook "
-          "(measured from the course's own solutions; --cell-timeout and --timeout override)", file=sys.stderr)
+    shown = ", ".join(f"{a[:2]}: {lim.cell_s:.0f} s" for a, lim in limits.lessons)
+    print(f"limits a cell ({shown}), a notebook up to {limits.default.wall_s:.0f} s: measured from the course's "
+          "own solutions; --cell-timeout and --timeout override", file=sys.stderr)
+    return limits
+
+
+def _override(limits, args):
+    import dataclasses
+
+    if args.timeout is not None:
+        limits = dataclasses.replace(limits, wall_s=args.timeout)
+    if args.cell_timeout is not None:
+        limits = dataclasses.replace(limits, cell_s=args.cell_timeout)
     return limits
 
 

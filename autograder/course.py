@@ -154,7 +154,7 @@ def lessons(root: Path, folder: str = SOLUTIONS) -> list[Lesson]:
 #: two CPU cores" or "in under a minute on two CPU cores"
 RUN_TIME = re.compile(
     r"(?:(?P<low>\d+(?:\.\d+)?)\s*(?:to|–|-)\s*)?(?P<high>\d+(?:\.\d+)?|a|one)\s+(?P<unit>seconds?|minutes?)"
-    r"[^.]*?\b(?:two|2) (?:CPU )?cores",
+    r"[^.]*?\b(?:two|2)\b[^.]*?\bcores",
     re.I,
 )
 

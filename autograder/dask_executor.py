@@ -41,7 +41,7 @@ from distributed import Client, WorkerPlugin, as_completed, get_worker
 from autograder.course import CourseError, Lesson
 from autograder.executors import DASK_SCHEME, Job, Timing, lesson_isolations, notebook_result
 from autograder.grading import InvalidNotebook, NotebookResult, grade_notebook, read_notebook
-from autograder.runner import Limits, run_steps, shutdown_servers
+from autograder.runner import Limits, limits_for, run_steps, shutdown_servers
 from autograder.sandbox import Isolation
 
 READY_TIMEOUT_S = 600  # a worker's fork servers must be up by then (importing torch on a busy machine)
@@ -213,7 +213,8 @@ class DaskExecutor:
             if job is None:
                 return
             task = {"student": job.student, "assignment": job.lesson.assignment, "filename": job.path.name,
-                    "notebook": job.path.read_bytes(), "limits": dataclasses.asdict(limits)}
+                    "notebook": job.path.read_bytes(),
+                    "limits": dataclasses.asdict(limits_for(limits, job.lesson.assignment))}
             key = f"grade-{job.lesson.assignment}-{uuid.uuid4().hex}"
             future = self.client.submit(_grade_task, self.name, task, pure=False, key=key)
             meta[future.key] = (future, job, time.time())
@@ -224,7 +225,7 @@ class DaskExecutor:
         try:
             for job in here:  # while the pool works
                 queued = time.time()
-                result = grade_notebook(job.lesson, job.path, job.student, limits)
+                result = grade_notebook(job.lesson, job.path, job.student, limits_for(limits, job.lesson.assignment))
                 yield result, Timing(job.student, job.lesson.assignment, "client", queued, queued, time.time())
             for future in flying:
                 data = future.result()  # a worker's error (e.g. another course version) is raised here

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from autograder.course import CourseError, Lesson
 from autograder.grading import ExerciseResult, NotebookResult, TestResult, grade_notebook
-from autograder.runner import Limits, shutdown_servers
+from autograder.runner import Limits, limits_for, shutdown_servers
 from autograder.sandbox import Isolation, isolation
 
 DASK_SCHEME = "dask://"
@@ -94,7 +94,8 @@ class LocalExecutor:
 
     def _one(self, job: Job, limits: Limits, queued: float) -> tuple[NotebookResult, Timing]:
         started = time.time()
-        result = grade_notebook(job.lesson, job.path, job.student, limits, self.isolations[job.lesson.assignment])
+        own = limits_for(limits, job.lesson.assignment)
+        result = grade_notebook(job.lesson, job.path, job.student, own, self.isolations[job.lesson.assignment])
         where = f"{self.host}/{threading.current_thread().name}"
         return result, Timing(job.student, job.lesson.assignment, where, queued, started, time.time())
 

@@ -128,7 +128,7 @@ def build_program(lesson: Lesson, submission: dict) -> tuple[list[Step], set[str
     place of the student's test cells. Returns the steps and the exercises whose answers exist.
 
     Answers are found by their nbgrader ``grade_id``, whatever the cell's type or position; a
-    student's extra cells run too (helpers they wrote). A test runs where its cell is, or after
+    student's extra cells run too (helpers they wrote), up to the last test: nothing after it runs. A test runs where its cell is, or after
     the last cell of its exercise's answer if the student moved that below it (or deleted the test).
     """
     tests = {t.grade_id: t for t in lesson.tests()}
@@ -163,7 +163,10 @@ def build_program(lesson: Lesson, submission: dict) -> tuple[list[Step], set[str
             i += 1
         if index < len(code):
             steps.append(code[index])
-    return steps, found
+    # what comes after the last test cannot change any result: a long training run or a demo at
+    # the end of a lesson costs the grader nothing, and a loop there cannot make a test time out
+    last_test = max((i for i, step in enumerate(steps) if step.kind == "test"), default=len(steps) - 1)
+    return steps[: last_test + 1], found
 
 
 # ---------------------------------------------------------------------------------------------

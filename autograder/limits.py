@@ -20,7 +20,7 @@ from pathlib import Path
 from autograder.course import Lesson, lessons
 from autograder.executors import lesson_isolations
 from autograder.grading import build_program
-from autograder.runner import Limits, run_steps, shutdown_servers
+from autograder.runner import LessonLimits, Limits, run_steps, shutdown_servers
 from autograder.sandbox import Isolation, resolve_mode
 
 FACTOR = 10.0
@@ -75,21 +75,21 @@ def calibrate(lesson: Lesson, base: Limits, isolation: Isolation | None = None) 
     return Calibration(lesson.assignment, round(total, 2), round(slowest_s, 2), slowest, limits)
 
 
-def course_limits(root: Path, only: list[str] | None, base: Limits, sandbox: str, cache: Path | None = None) -> Limits:
-    """One set of limits for a grading run: the largest of the chosen lessons' calibrations.
+def course_limits(root: Path, only: list[str] | None, base: Limits, sandbox: str, cache: Path | None = None) -> LessonLimits:
+    """The limits of a grading run, lesson by lesson, each measured from that lesson's solution.
 
-    Each lesson's solution runs in the same sandbox as the students' notebooks will. The result
-    is kept in ``cache`` (keyed by the lessons' contents and the sandbox), so a resumed or repeated
-    run does not measure again."""
+    Each solution runs in the same sandbox as the students' notebooks will. The result is kept in
+    ``cache`` (keyed by the lessons' contents and the sandbox), so a resumed or repeated run does
+    not measure again. The default, for a lesson not measured, is the largest of them."""
     mode = resolve_mode(sandbox)
     chosen = [lesson for lesson in lessons(root) if not only or lesson.assignment in only]
-    digest = hashlib.sha256(json.dumps([mode, FACTOR, MIN_CELL_S, MIN_WALL_S]).encode())
+    digest = hashlib.sha256(json.dumps([mode, FACTOR, MIN_CELL_S, MIN_WALL_S, dataclasses.asdict(base)]).encode())
     for lesson in chosen:
         digest.update(lesson.path.read_bytes())
     cache_file = cache / f"limits-{digest.hexdigest()[:16]}.json" if cache is not None else None
     if cache_file is not None and cache_file.is_file():
         saved = json.loads(cache_file.read_text(encoding="utf-8"))
-        return dataclasses.replace(base, cell_s=float(saved["cell_s"]), wall_s=float(saved["wall_s"]))
+        return _lesson_limits(base, {a: (float(v["cell_s"]), float(v["wall_s"])) for a, v in saved["limits"].items()})
     folder = Path(tempfile.mkdtemp(prefix="tc-limits-"))
     isolations = lesson_isolations(mode, root, folder, lessons(root), chosen, [], folder.name)
     try:
@@ -98,13 +98,21 @@ def course_limits(root: Path, only: list[str] | None, base: Limits, sandbox: str
         for key in {iso.key for iso in isolations.values()}:
             shutdown_servers(key)
         shutil.rmtree(folder, ignore_errors=True)
-    limits = dataclasses.replace(
-        base,
-        cell_s=max((c.limits.cell_s for c in found), default=MIN_CELL_S),
-        wall_s=max((c.limits.wall_s for c in found), default=MIN_WALL_S),
-    )
+    measured = {c.assignment: (c.limits.cell_s, c.limits.wall_s) for c in found}
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        cache_file.write_text(json.dumps({"cell_s": limits.cell_s, "wall_s": limits.wall_s,
-                                          "lessons": [dataclasses.asdict(c) for c in found]}, indent=1), encoding="utf-8")
-    return limits
+        record = {"limits": {a: {"cell_s": cell, "wall_s": wall} for a, (cell, wall) in measured.items()},
+                  "calibrations": [dataclasses.asdict(c) for c in found]}
+        cache_file.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return _lesson_limits(base, measured)
+
+
+def _lesson_limits(base: Limits, measured: dict[str, tuple[float, float]]) -> LessonLimits:
+    default = dataclasses.replace(
+        base,
+        cell_s=max((cell for cell, _ in measured.values()), default=MIN_CELL_S),
+        wall_s=max((wall for _, wall in measured.values()), default=MIN_WALL_S),
+    )
+    return LessonLimits(default, tuple(sorted(
+        (a, dataclasses.replace(base, cell_s=cell, wall_s=wall)) for a, (cell, wall) in measured.items()
+    )))

@@ -39,7 +39,7 @@ from autograder.batch import (
 )
 from autograder.course import CourseError
 from autograder.reports import write_reports
-from autograder.runner import Limits
+from autograder.runner import limits_from_data
 
 # fields every shard of one class must agree on, and how to name them in an error
 AGREE = {
@@ -165,7 +165,7 @@ def merge_shards(folders: list[Path], out: Path, *, gradebook: str | None = None
         count = write_gradebook(gradebook, root, results)
         if progress:
             print(f"wrote {count} submissions into the nbgrader gradebook {gradebook}", file=sys.stderr)
-    limits = Limits(**first["limits"])
+    limits = limits_from_data(first["limits"])
     roster = sorted(student for _, data in shards for student in data["students"])
     write_manifest(out, manifest(first["course_fingerprint"], limits, first["sandbox"], first["assignments"],
                                  roster, None, graded))

@@ -54,6 +54,35 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class LessonLimits:
+    """Limits per lesson (measured from each lesson's own solution), and a default for the rest."""
+
+    default: Limits
+    lessons: tuple[tuple[str, Limits], ...] = ()
+
+    def get(self, assignment: str) -> Limits:
+        return dict(self.lessons).get(assignment, self.default)
+
+
+def limits_for(limits: "Limits | LessonLimits", assignment: str) -> Limits:
+    """The limits one lesson's notebooks run under."""
+    return limits.get(assignment) if isinstance(limits, LessonLimits) else limits
+
+
+def limits_data(limits: "Limits | LessonLimits") -> dict:
+    """Plain data for a manifest or a cache key; ``limits_from_data`` reads it back."""
+    if isinstance(limits, LessonLimits):
+        return {"default": asdict(limits.default), "lessons": {a: asdict(lim) for a, lim in limits.lessons}}
+    return asdict(limits)
+
+
+def limits_from_data(data: dict) -> "Limits | LessonLimits":
+    if set(data) == {"default", "lessons"}:
+        return LessonLimits(Limits(**data["default"]), tuple((a, Limits(**v)) for a, v in sorted(data["lessons"].items())))
+    return Limits(**data)
+
+
+@dataclass(frozen=True)
 class Step:
     """One thing for the child to run: a code cell of the student's, or a course test cell."""
 

@@ -41,14 +41,18 @@ def test_a_solution_that_fails_in_the_grader_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_measures_once_and_keeps_the_limits(tmp_path):
+def test_a_run_measures_each_lesson_once_and_keeps_the_limits(tmp_path):
     from autograder.limits import course_limits
 
-    first = course_limits(ROOT, ["01-tokens-and-embeddings", A], Limits(), "none", tmp_path)
+    chosen = ["01-tokens-and-embeddings", A]
+    first = course_limits(ROOT, chosen, Limits(), "none", tmp_path)
+    assert [a for a, _ in first.lessons] == chosen
     (saved,) = tmp_path.glob("limits-*.json")
     record = json.loads(saved.read_text())
-    assert [c["assignment"] for c in record["lessons"]] == ["01-tokens-and-embeddings", A]
-    assert first.cell_s == max(c["limits"]["cell_s"] for c in record["lessons"])
-    record["cell_s"] = 999.0  # the kept file is what a second run uses: it does not measure again
+    assert [c["assignment"] for c in record["calibrations"]] == chosen
+    assert first.get(A).cell_s == record["limits"][A]["cell_s"] >= MIN_CELL_S
+    assert first.default.cell_s == max(lim.cell_s for _, lim in first.lessons)
+    record["limits"][A]["cell_s"] = 999.0  # the kept file is what a second run uses: no new measurement
     saved.write_text(json.dumps(record))
-    assert course_limits(ROOT, ["01-tokens-and-embeddings", A], Limits(), "none", tmp_path).cell_s == 999.0
+    again = course_limits(ROOT, chosen, Limits(), "none", tmp_path)
+    assert again.get(A).cell_s == 999.0 and again.get("01-tokens-and-embeddings").cell_s == first.get("01-tokens-and-embeddings").cell_s

@@ -91,7 +91,8 @@ def test_merged_shards_equal_one_run_and_every_bad_merge_is_refused(tmp_path, ca
     submitted = small_class(tmp_path, {"max-not-a-notebook", "noa-nothing-submitted"})
     for name, text in [("timestamp.txt", "2026-01-01 12:00:00.000000 UTC"), ("submission_secret.txt", "s3cr3t")]:
         (submitted / "max-not-a-notebook" / "03-self-attention" / name).write_text(text)  # as nbgrader collect leaves them
-    common = ["--assignment", "01-tokens-and-embeddings", "--assignment", "03-self-attention", "--sandbox", "none"]
+    common = ["--assignment", "01-tokens-and-embeddings", "--assignment", "03-self-attention", "--sandbox", "none",
+              "--cell-timeout", "60", "--timeout", "600"]  # the same limits as the shards (theirs are fixed)
     assert main(["grade", str(submitted), "--out", str(tmp_path / "one"), *common]) == 0
     shards = [tmp_path / f"graded-{i}" for i in range(3)]
     for i, folder in enumerate(shards):
@@ -142,7 +143,7 @@ def test_merged_shards_equal_one_run_and_every_bad_merge_is_refused(tmp_path, ca
     one_line_error(capsys, ["merge", str(shards[0]), other_split, str(shards[2]), *out], "different numbers")
     # a shard graded with other limits: a real run, not an edited manifest
     slower = tmp_path / "slower"
-    assert main(["grade", str(submitted), "--out", str(slower), "--shard", "1/3", "--timeout", "900", *common]) == 0
+    assert main(["grade", str(submitted), "--out", str(slower), "--shard", "1/3", *common, "--timeout", "900"]) == 0
     capsys.readouterr()
     one_line_error(capsys, ["merge", str(shards[0]), str(slower), str(shards[2]), *out], "different limits")
     assert not (tmp_path / "m" / "grades.csv").exists()  # nothing written by a refused merge

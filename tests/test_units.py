@@ -251,3 +251,10 @@ def test_a_solution_line_in_the_release_is_a_leak_named_by_its_cell(toy, tmp_pat
 def test_the_toy_checks_are_registered_once():
     assert REGISTRY["check_toy_double"] is CHECK and REGISTRY["check_toy_double_hidden"].hidden
     assert math.isclose(toy_notebook()["metadata"]["course"]["lesson"], 99)
+
+
+def test_nothing_after_the_last_test_runs(toy):
+    submission = toy_notebook()
+    submission["cells"].append(cell("code", "train_for_an_hour()"))
+    steps, _ = build_program(toy, submission)
+    assert steps[-1].id == "double-hidden" and all("train_for_an_hour" not in s.source for s in steps)
