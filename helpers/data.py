@@ -392,9 +392,16 @@ def get_batch(
 
     Returns ``x`` and ``y``, both ``(B, T)`` long tensors on ``device``, with
     ``y[b, t] == ids[start_b + t + 1]`` where ``x[b, t] == ids[start_b + t]``: ``y`` is ``x``
-    shifted left by one. The starts come from ``torch.randint(..., generator=generator)``, so a
-    seeded generator gives the same batches every time.
+    shifted left by one. Every start from 0 to ``len(ids) - block_size - 1`` is possible. The
+    starts come from ``torch.randint(..., generator=generator)``, so a seeded generator gives the
+    same batches every time.
+
+    One source of truth: the cutting is lesson 07's ``get_batch`` exercise, as the course's
+    reference (``helpers.reference.training_step``); this function checks the arguments first
+    and moves the batch to ``device``.
     """
+    from helpers.reference.training_step import get_batch as reference
+
     _check_1d(ids)
     for name, value in (("batch_size", batch_size), ("block_size", block_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -404,13 +411,7 @@ def get_batch(
             f"the text has {len(ids)} ids, too short for block_size={block_size}: "
             f"a window and its target need at least block_size + 1 = {block_size + 1}"
         )
-    rng_device = generator.device if generator is not None else torch.device("cpu")
-    starts = torch.randint(
-        len(ids) - block_size, (batch_size,), generator=generator, device=rng_device
-    )  # (B,)
-    offsets = starts.to(ids.device)[:, None] + torch.arange(block_size, device=ids.device)  # (B, T)
-    x = ids[offsets]  # (B, T)
-    y = ids[offsets + 1]  # (B, T)
+    x, y = reference(ids, batch_size, block_size, generator=generator)  # (B, T) each
     return x.to(device), y.to(device)
 
 

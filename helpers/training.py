@@ -131,16 +131,15 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     """The learning rate of update ``step`` (0-based): linear warm-up, then a cosine decay.
 
     Warm-up: ``lr * (step + 1) / warmup_steps`` for the first ``warmup_steps`` updates. Then,
-    with ``cosine``, half a cosine wave from ``lr`` down to ``min_lr`` at the last update;
-    without, ``lr`` throughout.
+    with ``cosine``, half a cosine wave from ``lr`` at ``warmup_steps`` down to ``min_lr`` at the
+    last update (``steps - 1``) and after it; without, ``lr`` throughout.
+
+    One source of truth: this is lesson 07's ``learning_rate`` exercise, as the course's reference
+    (generated from the solution into ``helpers.reference.training_step``).
     """
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    if not config.cosine:
-        return config.lr
-    decay_steps = max(1, config.steps - 1 - config.warmup_steps)
-    progress = min(1.0, (step - config.warmup_steps) / decay_steps)  # 0 -> 1
-    return config.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (config.lr - config.min_lr)
+    from helpers.reference.training_step import learning_rate as reference
+
+    return reference(step, config)
 
 
 def configure_optimizer(
@@ -184,15 +183,19 @@ def estimate_loss(
     block_size: int = 64,
     n_batches: int = 200,
     seed: int = EVAL_SEED,
+    batch_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> float:
     """The mean cross-entropy (nats per token) of ``model`` on ``n_batches`` random batches of ``ids``.
 
     Runs in evaluation mode without gradients and puts the model back in the mode it was in.
     The batches come from a generator seeded with ``seed``, so two evaluations see the same
     windows: the difference between them is the model's, not the luck of the draw.
+    ``batch_fn(ids, batch_size, block_size, generator=...) -> (x, y)`` cuts them;
+    ``helpers.data.get_batch`` by default (the lesson passes the student's own).
     """
     if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
         raise ValueError(f"n_batches must be a positive int, got {n_batches!r}")
+    batch_fn = batch_fn or get_batch
     generator = torch.Generator().manual_seed(seed)
     device = _model_device(model)
     was_training = model.training
@@ -200,10 +203,10 @@ def estimate_loss(
     try:
         total = 0.0
         for _ in range(n_batches):
-            x, y = get_batch(ids, batch_size, block_size, generator=generator, device=device)  # (B, T) each
-            logits = model(x)  # (B, T, V)
+            x, y = batch_fn(ids, batch_size, block_size, generator=generator)  # (B, T) each
+            logits = model(x.to(device))  # (B, T, V)
             V = logits.shape[-1]
-            loss = F.cross_entropy(logits.reshape(-1, V).float(), y.reshape(-1))  # (B*T, V) vs (B*T,)
+            loss = F.cross_entropy(logits.reshape(-1, V).float(), y.to(device).reshape(-1))  # (B*T, V) vs (B*T,)
             total += loss.item()
         return total / n_batches
     finally:
@@ -241,6 +244,8 @@ def train(
     step_fn: Callable[..., float] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     callback: Callable[[pd.DataFrame], Any] | None = None,
+    lr_fn: Callable[[int, TrainConfig], float] | None = None,
+    batch_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None,
     **overrides: Any,
 ) -> pd.DataFrame:
     """Train ``model`` on ``data`` and return the log as a DataFrame.
@@ -251,7 +256,11 @@ def train(
     ``step_fn(model, optimizer, x, y, grad_clip=...) -> float``: one update on the batch
     ``x, y`` (both ``(B, T)``); the course's reference ``train_step`` by default.
     ``optimizer``: by default ``configure_optimizer`` (AdamW, decay on matrices only). Its
-    learning rate is set before every step from ``learning_rate(step, config)``.
+    learning rate is set before every step from ``lr_fn(step, config)``, the course's
+    ``learning_rate`` by default.
+    ``batch_fn(ids, batch_size, block_size, generator=...) -> (x, y)``: cuts the training and
+    validation batches; ``helpers.data.get_batch`` by default. (The lesson passes the student's
+    ``train_step``, ``learning_rate`` and ``get_batch``.)
     ``callback(log)``: called with the log so far after every evaluation (e.g. ``LiveLossPlot()``).
 
     The log has one row every ``log_every`` steps and one at every evaluation, with the columns
@@ -265,6 +274,8 @@ def train(
     config = dataclasses.replace(config or TrainConfig(), **overrides)
     train_ids, val_ids = _split(data)
     step_fn = step_fn or _reference_train_step()
+    lr_fn = lr_fn or learning_rate
+    batch_fn = batch_fn or get_batch
     if optimizer is None:
         optimizer = configure_optimizer(model, config.lr, config.weight_decay, config.betas)
     generator = torch.Generator().manual_seed(config.seed)
@@ -279,7 +290,8 @@ def train(
     def evaluate() -> float:
         nonlocal eval_s
         t0 = time.perf_counter()
-        value = estimate_loss(model, val_ids, batch_size=B, block_size=T, n_batches=config.eval_batches)
+        value = estimate_loss(model, val_ids, batch_size=B, block_size=T, n_batches=config.eval_batches,
+                              batch_fn=batch_fn)
         eval_s += time.perf_counter() - t0
         return value
 
@@ -304,16 +316,18 @@ def train(
     bar = tqdm(total=config.steps, desc="training", unit="step", disable=not config.progress)
     try:
         if config.eval_at_start:  # the untrained model, on training batches too (no update yet)
-            pending.append(estimate_loss(model, train_ids, batch_size=B, block_size=T, n_batches=config.eval_batches))
-            add_row(0, learning_rate(0, config), evaluate())
+            pending.append(estimate_loss(model, train_ids, batch_size=B, block_size=T,
+                                         n_batches=config.eval_batches, batch_fn=batch_fn))
+            add_row(0, lr_fn(0, config), evaluate())
             if callback is not None:
                 callback(frame())
         for step in range(config.steps):
-            lr = learning_rate(step, config)
+            lr = lr_fn(step, config)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             t0 = time.perf_counter()
-            x, y = get_batch(train_ids, B, T, generator=generator, device=device)  # (B, T) each
+            x, y = batch_fn(train_ids, B, T, generator=generator)  # (B, T) each
+            x, y = x.to(device), y.to(device)
             loss = step_fn(model, optimizer, x, y, grad_clip=config.grad_clip)
             elapsed = time.perf_counter() - t0
             if not isinstance(loss, float):

@@ -1,19 +1,60 @@
-"""Lesson 07: every catalogued mistake in the training step loses exactly its points and is named;
-correct steps written differently get full marks."""
+"""Lesson 07: every catalogued mistake (in the batches, the training step and the learning-rate
+schedule) loses exactly its own exercise's points and is named; correct answers written
+differently get full marks."""
 
 import pytest
-from harness import edited, grade_submissions, row, solution_answers
+from harness import assert_costs_only_its_exercise, edited, grade_submissions, row, solution_answers
 
 A = "07-training"
+BATCH = "get-batch"
 STEP = "train-step"
+LR = "learning-rate"
 LOSS = "loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))"
 ZERO = "optimizer.zero_grad(set_to_none=True)"
 CLIP = "        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)\n"
 STEP_CALL = "optimizer.step()"
 RETURN = "return loss.item()"
+STARTS = "starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)"
+POSITIONS = "positions = starts[:, None] + torch.arange(block_size)"
+TARGETS = "y = ids[positions + 1]"
+WARMUP = "return config.lr * (step + 1) / config.warmup_steps"
+DECAY = "decay_steps = max(1, config.steps - 1 - config.warmup_steps)"
+PROGRESS = "progress = min(1.0, (step - config.warmup_steps) / decay_steps)"
+FACTOR = "factor = 0.5 * (1 + math.cos(math.pi * progress))"
+BLEND = "return config.min_lr + factor * (config.lr - config.min_lr)"
 
 # name -> (exercise, edits of the solution, words the feedback must contain)
 MISTAKES = {
+    # Exercise 1: get_batch
+    "targets-not-shifted": (BATCH, [(TARGETS, "y = ids[positions]")], "targets are not shifted"),
+    "targets-shifted-the-wrong-way": (BATCH, [(TARGETS, "y = ids[positions - 1]")], "shifted the wrong way"),
+    "windows-run-past-the-end": (
+        BATCH, [(STARTS, STARTS.replace("len(ids) - block_size,", "len(ids) - block_size + 1,"))], "run past the end",
+    ),
+    "never-the-last-window": (
+        BATCH, [(STARTS, STARTS.replace("len(ids) - block_size,", "len(ids) - block_size - 1,"))],
+        "never reach the last window",
+    ),
+    "generator-ignored": (BATCH, [(STARTS, STARTS.replace(", generator=generator", ""))], "ignored the generator"),
+    "random-positions-not-windows": (
+        BATCH, [(POSITIONS, "positions = torch.randint(len(ids) - 1, (batch_size, block_size), generator=generator)")],
+        "not a window of consecutive ids",
+    ),
+    # Exercise 3: learning_rate
+    "warm-up-starts-at-zero": (LR, [(WARMUP, "return config.lr * step / config.warmup_steps")], "off by one in the warm-up"),
+    "cosine-to-zero": (LR, [(BLEND, "return factor * config.lr")], "decays to 0 instead of min_lr"),
+    "decay-one-step-too-long": (
+        LR, [(DECAY, "decay_steps = max(1, config.steps - config.warmup_steps)")], "wrong number of steps",
+    ),
+    "decay-from-step-zero": (
+        LR, [(PROGRESS, "progress = min(1.0, step / max(1, config.steps - 1))")], "wrong number of steps",
+    ),
+    "no-cap-after-the-last-step": (
+        LR, [(PROGRESS, "progress = (step - config.warmup_steps) / decay_steps")], "climbs back up",
+    ),
+    "cosine-flag-ignored": (LR, [("    if not config.cosine:\n        return config.lr\n", "")], "config.cosine is False"),
+    "linear-decay": (LR, [(FACTOR, "factor = 1 - progress")], "linear decay, not a cosine"),
+    # Exercise 2: train_step
     "no-zero-grad": (STEP, [(ZERO, "pass")], "gradients accumulate"),
     "step-before-backward": (
         STEP,
@@ -49,7 +90,22 @@ MISTAKES = {
 }
 
 ALTERNATIVES = {
-    "transposed-logits": {STEP: '''
+    "transposed-logits": {BATCH: '''
+def get_batch(ids, batch_size, block_size, generator=None):
+    starts = torch.randint(0, len(ids) - block_size, (batch_size,), generator=generator).tolist()
+    x = torch.stack([ids[s:s + block_size] for s in starts])
+    y = torch.stack([ids[s + 1:s + block_size + 1] for s in starts])
+    return x, y
+''', LR: '''
+def learning_rate(step, config):
+    if step < config.warmup_steps:
+        return (step + 1) * config.lr / config.warmup_steps
+    if config.cosine:
+        span = max(config.steps - config.warmup_steps - 1, 1)
+        done = min((step - config.warmup_steps) / span, 1.0)
+        return config.min_lr + (config.lr - config.min_lr) * math.cos(math.pi * done / 2) ** 2
+    return config.lr
+''', STEP: '''
 def train_step(model, optimizer, x, y, grad_clip=None):
     model.train()
     optimizer.zero_grad()
@@ -60,7 +116,22 @@ def train_step(model, optimizer, x, y, grad_clip=None):
     optimizer.step()
     return float(loss)
 '''},
-    "clear-at-the-end": {STEP: '''
+    "clear-at-the-end": {BATCH: '''
+def get_batch(ids, batch_size, block_size, generator=None):
+    windows = ids.unfold(0, block_size + 1, 1)  # (N - T, T + 1): every window with its target
+    rows = torch.randint(windows.shape[0], (batch_size,), generator=generator)  # (B,)
+    chosen = windows[rows]  # (B, T + 1)
+    return chosen[:, :-1], chosen[:, 1:]
+''', LR: '''
+def learning_rate(step, config):
+    lr, low, warm = config.lr, config.min_lr, config.warmup_steps
+    if warm > 0 and step < warm:
+        return lr * (step + 1) / warm
+    if not config.cosine:
+        return lr
+    progress = torch.tensor((step - warm) / max(1, config.steps - 1 - warm), dtype=torch.float64).clamp(max=1)
+    return float(low + (lr - low) * (1 + torch.cos(torch.pi * progress)) / 2)
+''', STEP: '''
 def train_step(model, optimizer, x, y, grad_clip=None):
     model.train(True)
     logits = model(x)
@@ -97,6 +168,7 @@ def train_step(model, optimizer, x, y, grad_clip=None):
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in MISTAKES.items()}
+    assert {BATCH, LR} <= {ex for ex, _, _ in MISTAKES.values()}
     for name, answers in ALTERNATIVES.items():
         subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
     return grade_submissions(A, subs, tmp_path_factory.mktemp("l07"))
@@ -106,12 +178,7 @@ def graded(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(MISTAKES))
 def test_mistake_loses_exactly_its_exercise(graded, name):
     exercise, _, words = MISTAKES[name]
-    for r in graded[graded.student_id == name].itertuples():
-        if r.exercise == exercise:
-            assert r.score == 0 and r.status == "failed", (r.status, r.message)
-            assert words in r.message, r.message
-        else:
-            assert r.score == r.max_score, (r.exercise, r.message)
+    assert_costs_only_its_exercise(graded, name, exercise, words)
 
 
 @pytest.mark.slow

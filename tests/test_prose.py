@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.course import RELEASE, SOLUTIONS, cell_source, lessons
+from autograder.course import RELEASE, SOLUTIONS, cell_source, lessons, stated_run_time_s
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = [(folder, lesson) for folder in (SOLUTIONS, RELEASE) for lesson in lessons(ROOT, folder)]
@@ -89,3 +89,12 @@ def test_no_placeholder_ships(folder, lesson):
         if cell["cell_type"] == "markdown":
             problems += [f"cell {cell.get('id')}: {p}" for p in placeholders(cell_source(cell))]
     assert not problems, f"{folder}/{lesson.assignment}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("folder, lesson", [n for n in NOTEBOOKS if n[0] == SOLUTIONS], ids=lambda v: getattr(v, "assignment", v))
+def test_the_first_cell_states_how_long_the_lesson_runs(folder, lesson):
+    # benchmarks/lesson_times.py runs every lesson in its full setting and compares with this
+    assert stated_run_time_s(lesson.notebook), (
+        f"{lesson.assignment}: the first markdown cell must say how long the full setting runs "
+        "'on two CPU cores' (e.g. 'in under a minute on two CPU cores')"
+    )

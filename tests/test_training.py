@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.data import CharVocab
+from helpers.data import CharVocab, get_batch
 from helpers.reference.transformer_lm import Config, TransformerLM
 from helpers.training import (
     LOG_COLUMNS,
@@ -106,6 +106,51 @@ def test_learning_rate_schedule():
     assert all(a >= b for a, b in zip(rates, rates[1:], strict=False))
     flat = TrainConfig(steps=10, lr=3e-3, warmup_steps=0, cosine=False)
     assert {learning_rate(s, flat) for s in range(10)} == {3e-3}
+
+
+def test_schedule_and_batches_are_the_lesson_07_reference():
+    """One source of truth: helpers use the reference generated from lesson 07's exercises."""
+    from helpers.reference import training_step as reference
+
+    for cfg in (TrainConfig(steps=50, warmup_steps=7), TrainConfig(steps=9, warmup_steps=8, cosine=True),
+                TrainConfig(steps=12, warmup_steps=3, cosine=False)):
+        assert [learning_rate(s, cfg) for s in range(cfg.steps + 3)] == [
+            reference.learning_rate(s, cfg) for s in range(cfg.steps + 3)]
+    ids = torch.arange(100) * 3
+    ours = get_batch(ids, 4, 9, generator=torch.Generator().manual_seed(5))
+    theirs = reference.get_batch(ids, 4, 9, generator=torch.Generator().manual_seed(5))
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+
+
+def test_a_custom_schedule_and_batch_function_are_used(tiny):
+    _, data, config = tiny
+    steps, cut_from = [], set()
+
+    def lr_fn(step, cfg):
+        steps.append(step)
+        return 2e-3
+
+    def batch_fn(ids, batch_size, block_size, generator=None):
+        cut_from.add(len(ids))
+        return get_batch(ids, batch_size, block_size, generator=generator)
+
+    log = train(TransformerLM(config), data, quick(steps=6, eval_every=3), lr_fn=lr_fn, batch_fn=batch_fn)
+    assert steps[-6:] == list(range(6)) and (log.lr == 2e-3).all()
+    assert cut_from == {len(data[0]), len(data[1])}  # training and validation batches
+
+
+def test_estimate_loss_uses_the_batch_function(tiny):
+    _, (_, val_ids), config = tiny
+    model = TransformerLM(config)
+    calls = []
+
+    def batch_fn(ids, batch_size, block_size, generator=None):
+        calls.append((batch_size, block_size))
+        return get_batch(ids, batch_size, block_size, generator=generator)
+
+    a = estimate_loss(model, val_ids, batch_size=3, block_size=8, n_batches=2, batch_fn=batch_fn)
+    assert calls == [(3, 8), (3, 8)]
+    assert a == estimate_loss(model, val_ids, batch_size=3, block_size=8, n_batches=2)
 
 
 def test_weight_decay_on_matrices_only_and_tied_weights_once(tiny):

@@ -10,6 +10,27 @@ import torch.nn as nn
 import torch.nn.functional as F  # noqa: F401
 
 
+def get_batch(
+    ids: torch.Tensor,
+    batch_size: int,
+    block_size: int,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """batch_size random windows of block_size ids, and their next-character targets.
+
+    ids: (N,), the whole text as ids. Returns x and y, both (B, T) with B = batch_size and
+    T = block_size: x[b] = ids[s : s + T] for a random start s of its own, and
+    y[b] = ids[s + 1 : s + T + 1], so that y[b, t] is the character after x[b, t]. Every start
+    from 0 to N - T - 1 is possible. The starts come from `generator` (the global generator
+    when it is None): a seeded generator gives the same batch every time.
+    """
+    starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)  # (B,), 0 .. N-T-1
+    positions = starts[:, None] + torch.arange(block_size)  # (B, 1) + (T,) -> (B, T)
+    x = ids[positions]  # (B, T)
+    y = ids[positions + 1]  # (B, T): the character after each one of x
+    return x, y
+
+
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -35,3 +56,21 @@ def train_step(
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()  # p <- p - (a step computed from p.grad)
     return loss.item()  # a float: the graph behind `loss` can be freed
+
+
+def learning_rate(step: int, config) -> float:
+    """The learning rate of update `step` (0-based) under `config`, a TrainConfig.
+
+    Linear warm-up over the first config.warmup_steps updates: lr * (step + 1) / warmup_steps.
+    Then, with config.cosine, half a cosine wave from config.lr at step warmup_steps down to
+    config.min_lr at the last update, step config.steps - 1, and min_lr after it; without
+    config.cosine, config.lr after the warm-up. Returns a Python float.
+    """
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps  # lr / warmup_steps at step 0
+    if not config.cosine:
+        return config.lr
+    decay_steps = max(1, config.steps - 1 - config.warmup_steps)  # from warmup_steps to the last update
+    progress = min(1.0, (step - config.warmup_steps) / decay_steps)  # 0 -> 1, then stays at 1
+    factor = 0.5 * (1 + math.cos(math.pi * progress))  # 1 -> 0
+    return config.min_lr + factor * (config.lr - config.min_lr)
