@@ -47,8 +47,11 @@ from helpers.training import (
 PRESETS = {
     "nanogpt": {},
     "fast": {"steps": 1000, "batch_size": 16, "lr": 4e-3, "min_lr": 4e-4, "warmup": 50},
-    # the fast settings on the fast path (helpers.fast), bfloat16 where the CPU has the units for it
-    "fastest": {"steps": 1000, "batch_size": 16, "lr": 4e-3, "min_lr": 4e-4, "warmup": 50, "fused": True, "bf16": "auto"},
+    # the fast path (helpers.fast), bfloat16 where the CPU has the units for it, and a shallower
+    # model: at this budget two blocks learn more per second than four (measured: 1.815 to 1.832
+    # over three seeds in about 17 s of training on two cores, against 1.84 in 29 s with four)
+    "fastest": {"steps": 1100, "batch_size": 16, "lr": 4e-3, "min_lr": 4e-4, "warmup": 50, "layers": 2,
+                "fused": True, "bf16": "auto"},
 }
 
 

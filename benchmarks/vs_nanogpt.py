@@ -86,6 +86,33 @@ def nanogpt_result(stdout: str) -> dict:
     return {"val_loss": float(evals[-1][2]), "step": int(evals[-1][0]), "median_step_ms": round(statistics.median(iters), 1)}
 
 
+def matmul_peak_gflops(dtype, threads: int, n: int = 1024, repeats: int = 20) -> float:
+    """The machine's matrix-product speed: the best of ``repeats`` (n, n) @ (n, n) products."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    for _ in range(3):
+        a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def model_gflops(result: dict, tokens_per_s: float) -> float:
+    """Achieved GFLOP/s of a training run: per token, 6 multiply-adds counted twice for every weight
+    of the matrices (forward, and two products backward) plus attention's scores and weighted sum
+    (6 * 2 * layers * T * C per token, forward and backward)."""
+    s = result["settings"]
+    layers, C, T, V = s["layers"], s["emb_dim"], s["block_size"], 65
+    matrices = layers * (4 * C * C + 2 * C * s["mlp_ratio"] * C) + V * C  # attention, MLP, the output layer
+    per_token = 6 * matrices + 12 * layers * T * C
+    return per_token * tokens_per_s / 1e9
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nanogpt", type=Path, default=os.environ.get("NANOGPT_DIR"),
@@ -115,10 +142,17 @@ def main(argv: list[str] | None = None) -> int:
         fast = json.loads(fast_out.strip().splitlines()[-1])
         print(f"ours, --preset fastest:           val {fast['val_loss']:.4f}  {fast_wall:6.1f} s whole process, "
               f"{fast['ms_per_step']} ms a step", flush=True)
+    peaks = {"float32": round(matmul_peak_gflops(__import__("torch").float32, args.threads), 1),
+             "bfloat16": round(matmul_peak_gflops(__import__("torch").bfloat16, args.threads), 1)}
+    same_gflops, fast_gflops = model_gflops(same, same["tokens_per_s"]), model_gflops(fast, fast["tokens_per_s"])
+    print(f"achieved: {same_gflops:.1f} GFLOP/s at nanoGPT's settings, {fast_gflops:.1f} with --preset fastest; "
+          f"the machine's (1024 x 1024) matmul peak: {peaks['float32']} GFLOP/s float32, {peaks['bfloat16']} bfloat16")
     result = {
         "nanogpt": nano,
         "ours_nanogpt_settings": {k: same[k] for k in ("val_loss", "wall_s", "ms_per_step", "tokens_per_s")} | {"process_s": round(same_wall, 1)},
         "ours_fastest": {k: fast[k] for k in ("val_loss", "wall_s", "ms_per_step", "tokens_per_s", "bf16")} | {"process_s": round(fast_wall, 1)},
+        "gflops": {"ours_nanogpt_settings": round(same_gflops, 1), "ours_fastest": round(fast_gflops, 1),
+                   "matmul_peak": peaks},
         "wall_ratio": round(fast_wall / nano_wall, 3),
         "step_ratio": round(same["ms_per_step"] / nano["median_step_ms"], 3),
         "threads": args.threads,
