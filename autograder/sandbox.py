@@ -104,17 +104,22 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
     if not stub.exists():
         stub.write_text(HIDDEN_STUB, encoding="utf-8")
     root = root.resolve()
+    # the checkout the grading code itself is imported from (an editable install) may not be the
+    # course being graded: hide it too, and put back only its packages
+    installed = Path(__file__).resolve().parents[1]
+    checkouts = {root} | ({installed} if (installed / "solutions").is_dir() else set())
     args: list[str] = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    hide = {Path("/tmp"), Path.home().resolve(), root, *[p.resolve() for p in private]}
+    hide = {Path("/tmp"), Path.home().resolve(), *checkouts, *[p.resolve() for p in private]}
     for folder in sorted(hide, key=lambda p: len(p.parts)):
         if folder.exists():
             args += ["--tmpfs", str(folder)]
     # put back what the grading code needs: the installed packages and Python itself
-    keep = {root / "helpers", root / "autograder", Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    keep = {c / package for c in checkouts for package in ("helpers", "autograder")}
+    keep |= {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
     for path in sys.path:
         if path and Path(path).is_dir():
             keep.add(Path(path).resolve())
-    exposing = {root, *root.parents, *[h for h in hide], *[a for h in hide for a in h.parents]}
+    exposing = {*checkouts, *[a for c in checkouts for a in c.parents], *hide, *[a for h in hide for a in h.parents]}
     for folder in sorted(keep - exposing, key=lambda p: len(p.parts)):
         if folder.exists() and any(folder == h or h in folder.parents for h in hide):
             args += ["--ro-bind", str(folder), str(folder)]
@@ -148,6 +153,10 @@ def env_for_server() -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TRANSFORMER_COURSE_ROOT")
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(MPLBACKEND="Agg", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    # the server imports the same grading code as this process, wherever that came from (an
+    # editable install, or the working directory): its folder goes first on the server's path
+    code = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([code, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     data = data_file()
     if data is not None:
         env["TRANSFORMER_COURSE_DATA"] = str(data)

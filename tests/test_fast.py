@@ -123,3 +123,19 @@ def test_compiled_blocks_compute_the_same_function():
         pytest.skip(f"torch.compile is not usable here: {type(exc).__name__}")
     torch.testing.assert_close(got, explicit(x), rtol=1e-5, atol=1e-5)
     assert list(fast.state_dict()) == list(explicit.state_dict())
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_its_fastest_preset_in_quick_mode():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "train_shakespeare.py"
+    done = subprocess.run([sys.executable, str(script), "--preset", "fastest", "--steps", "3", "--eval-batches", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["settings"]["fused"] and result["settings"]["layers"] == 2 and result["settings"]["steps"] == 3
+    assert 0 < result["val_loss"] < 10 and result["tokens_per_s"] > 0 and isinstance(result["bf16"], bool)
