@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     holds_loop = (grades.kind == "answer") & (grades.exercise == grades.assignment.map(first))
     kept = bool((grades[~holds_loop].score == grades[~holds_loop].max_score).all())
     statuses = grades[holds_loop].status.value_counts().to_dict()
+    lost = grades[~holds_loop & (grades.score < grades.max_score)]
+    for row in lost.itertuples():
+        print(f"  lost points outside the loop: {row.student_id} {row.assignment} {row.exercise} {row.status}: {row.message[:160]}")
     notebooks = len(grades[["student_id", "assignment"]].drop_duplicates())
     print(limits_line)
     print(f"{notebooks} notebooks ({sum(k != 'none' for k in kinds.values())} students with a loop in every lesson) "
