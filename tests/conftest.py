@@ -1,6 +1,9 @@
-"""Settings for the whole test suite."""
+"""Settings for the whole test suite, and the real browser the browser tests drive."""
 
 import os
+
+import pytest
+from chromium import CHROMIUM, CHROMIUM_ARGS, missing
 
 # Lessons that train read this: tests run them in their quick setting (seconds, not minutes).
 os.environ.setdefault("TRANSFORMER_COURSE_QUICK", "1")
@@ -8,3 +11,31 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Tiny tensors on a busy 2-core machine run far faster on one thread; kernels started by the
 # notebook tests inherit this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+# the real browser (tests/chromium.py) that tests/test_browser.py and
+# tests/test_labs_browser.py drive
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("playwright is not installed")
+    if not os.access(CHROMIUM, os.X_OK):
+        missing(f"no Chromium at {CHROMIUM} (set TRANSFORMER_COURSE_CHROMIUM)")
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(30_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()

@@ -24,58 +24,18 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from chromium import missing
 
 from autograder.course import RELEASE, lessons, nbgrader_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "03-self-attention"
-CHROMIUM = os.environ.get("TRANSFORMER_COURSE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-proxy-server",
-    # without these Chromium keeps calling home, and this machine has no network
-    "--disable-background-networking", "--disable-component-update", "--no-first-run",
-    "--disable-sync", "--disable-default-apps", "--disable-extensions",
-]
 SERVER_START_S = 120
 KERNEL_IDLE_S = 120
 RUN_ALL_S = 300
 VALIDATE_S = 180
 
 pytestmark = pytest.mark.slow
-
-
-def missing(why: str):
-    """Skip on a machine without a browser; in CI (``CI`` set) fail instead: never skipped there."""
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"{why}. CI must run the browser tests: pip install playwright (never `playwright "
-                    "install`) and apt-get install chromium", pytrace=False)
-    pytest.skip(why)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing("playwright is not installed")
-    if not os.access(CHROMIUM, os.X_OK):
-        missing(f"no Chromium at {CHROMIUM} (set TRANSFORMER_COURSE_CHROMIUM)")
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(30_000)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
 
 
 # ---------------------------------------------------------------------------------------------

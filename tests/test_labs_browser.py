@@ -13,7 +13,6 @@ written into the checkout. Locally the tests are skipped without Playwright or C
 """
 
 import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -26,12 +25,9 @@ from pathlib import Path
 
 import pytest
 from test_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     ROOT,
     free_port,
     lab_env,
-    missing,
     server_answers,
     stop,
 )
@@ -45,32 +41,6 @@ APP_READY_S = 120
 INSTRUCTOR_LABELS = ("Formgrader", "Create assignment", "Create Assignment", "Course List", "Courses")
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing("playwright is not installed")
-    if not os.access(CHROMIUM, os.X_OK):
-        missing(f"no Chromium at {CHROMIUM} (set TRANSFORMER_COURSE_CHROMIUM)")
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(30_000)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
 
 
 @dataclass
