@@ -45,6 +45,7 @@ from autograder.course import (
     find_course_root,
     lessons,
     nbgrader_meta,
+    without_solution_markers,
 )
 
 BOOK_DIR = "_book"
@@ -57,7 +58,6 @@ CELL_TIMEOUT_S = 600
 BUILD_TIMEOUT_S = 3600
 
 HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*(\n|$)", re.S | re.M)
-SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*(\n|$)", re.M)
 SELF_CHECK = re.compile(r"\bcheck_notebook\s*\(")
 SELF_CHECK_HEADING = re.compile(r"^\s*#+\s*Check all your answers", re.I)
 
@@ -220,7 +220,7 @@ def book_notebook(notebook: dict, plot_defaults: dict[str, str] | None = None) -
         source = HIDDEN_BLOCK.sub("", source)
         meta = cell.setdefault("metadata", {})
         if nbgrader_meta(cell).get("solution"):
-            source = SOLUTION_MARKER.sub("", source)
+            source = without_solution_markers(source)
             if cell["cell_type"] == "code":
                 tags = meta.setdefault("tags", [])
                 if FOLD_TAG not in tags:

@@ -73,6 +73,15 @@ class Test:
     checks: list[str]
 
 
+#: a line ``### BEGIN SOLUTION`` or ``### END SOLUTION`` (nbgrader's markers in an answer cell)
+SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*(\n|$)", re.M)
+
+
+def without_solution_markers(source: str) -> str:
+    """An answer cell's source as a student would have written it: the markers' lines removed."""
+    return SOLUTION_MARKER.sub("", source)
+
+
 @dataclass
 class Exercise:
     grade_id: str
@@ -113,6 +122,14 @@ class Lesson:
             gid: Exercise(gid, [t for t in e.tests if not t.hidden]) for gid, e in self.exercises.items()
         }
         return Lesson(self.assignment, self.path, self.notebook, exercises)
+
+    def solution_answers(self) -> dict[str, str]:
+        """The course's own answer for every exercise, by grade_id (markers removed)."""
+        return {
+            gid: without_solution_markers(cell_source(cell))
+            for cell in self.notebook["cells"]
+            if (gid := nbgrader_meta(cell).get("grade_id")) in self.exercises
+        }
 
     def exercise_of(self, test_id: str) -> Exercise:
         for exercise in self.exercises.values():

@@ -263,7 +263,9 @@ def grade_notebook(
     except InvalidNotebook as exc:
         return uniform("invalid", f"{path.name}: {exc}")
     steps, found = build_program(lesson, submission)
-    job = run_steps(steps, limits, isolation)
+    # a stuck answer is replaced by the course's own answer on the rerun (it still scores a
+    # timeout): later exercises that use what it defines are graded on their own merits
+    job = run_steps(steps, limits, isolation, replacements=lesson.solution_answers())
     exercises = []
     for exercise in lesson.exercises.values():
         if exercise.grade_id not in found:

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -226,26 +227,44 @@ def default_isolation() -> Isolation:
     return Isolation("none", (), tempfile.gettempdir())
 
 
-def run_steps(steps: list[Step], limits: Limits | None = None, isolation: Isolation | None = None) -> JobResult:
+def run_steps(
+    steps: list[Step],
+    limits: Limits | None = None,
+    isolation: Isolation | None = None,
+    replacements: Mapping[str, str] | None = None,
+) -> JobResult:
     """Run ``steps`` in a fresh child process under ``limits``; never raises for student faults.
 
     A step that ignores its alarm is killed a few seconds later (not at the notebook's wall-clock
     limit); the notebook then runs again without it, so its other exercises still count, and the
-    result reports that step as a timeout (at most ``MAX_STUCK`` such steps)."""
+    result reports that step as a timeout (at most ``MAX_STUCK`` such steps). A stuck code step
+    whose id is in ``replacements`` runs again as that source instead (the course's own answer:
+    later exercises that use what it defines can still run); it is reported as a timeout all the
+    same."""
     limits = limits or Limits()
-    stuck: list[Step] = []
+    replacements = replacements or {}
+    stuck: list[str] = []
     spent = 0.0
+    left = list(steps)
     while True:
-        left = [s for s in steps if s not in stuck]
         result, index = _run_once(left, limits, isolation or default_isolation())
         spent += result.wall_s
         if index is None or not isinstance(index, int) or not 0 <= index < len(left) or len(stuck) >= MAX_STUCK:
             break
-        stuck.append(left[index])
+        step = left[index]
+        if step.id in stuck:  # the replacement itself got stuck: leave it out this time
+            left = left[:index] + left[index + 1:]
+            continue
+        stuck.append(step.id)
+        if step.kind == "code" and step.id in replacements:
+            left = left[:index] + [Step(step.kind, step.id, replacements[step.id])] + left[index + 1:]
+        else:
+            left = left[:index] + left[index + 1:]
     result.wall_s = spent
-    result.stuck = [s.id for s in stuck]
+    result.stuck = stuck
+    kinds = {s.id: s.kind for s in steps}
     # what the parent itself saw: the step ran past its alarm and was killed
-    result.lines = [{"step": s.id, "kind": s.kind, "status": "timeout", "stuck": True} for s in stuck] + result.lines
+    result.lines = [{"step": sid, "kind": kinds.get(sid, "code"), "status": "timeout", "stuck": True} for sid in stuck] + result.lines
     return result
 
 

@@ -47,6 +47,32 @@ def test_a_stuck_step_is_killed_and_the_rest_runs_without_it():
     assert elapsed < 60, f"{elapsed:.0f} s: the stuck step held the job until the wall-clock limit"
 
 
+def test_a_stuck_step_with_a_replacement_runs_as_the_replacement():
+    steps = [Step("code", "a", SWALLOW), Step("code", "b", "y = x + 1")]
+    job = run_steps(steps, LIMITS, replacements={"a": "x = 41"})
+    assert job.stuck == ["a"]
+    assert job.step("a")["status"] == "timeout" and job.step("a")["stuck"]  # it still counts as stuck
+    assert job.step("b")["status"] == "ok", job.lines  # what came after could use its definitions
+
+
+def test_a_replacement_that_is_stuck_too_is_left_out():
+    steps = [Step("code", "a", SWALLOW), Step("code", "b", "y = 2")]
+    job = run_steps(steps, LIMITS, replacements={"a": SWALLOW})
+    assert job.stuck == ["a"] and job.step("b")["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_a_stuck_mask_leaves_the_head_that_uses_it_gradable(tmp_path):
+    """The head calls the notebook's apply_causal_mask: with the stuck mask replaced by the
+    course's own answer on the rerun, the head is graded on its own merits."""
+    head = ANSWERS["attention-head"].replace('scores.masked_fill(future, float("-inf"))', "apply_causal_mask(scores)")
+    assert head != ANSWERS["attention-head"]
+    notebook = _with_answers(RELEASE, dict(ANSWERS, **{"causal-mask": SWALLOW, "attention-head": head}))
+    exercises, _ = graded(tmp_path, notebook)
+    assert exercises["causal-mask"].status == "timeout" and exercises["causal-mask"].score == 0
+    assert exercises["attention-head"].status == "passed", [t.message for t in exercises["attention-head"].tests]
+
+
 @pytest.mark.slow
 def test_a_stuck_answer_costs_only_its_exercise(tmp_path):
     notebook = _with_answers(RELEASE, dict(ANSWERS, **{"attention-head": SWALLOW}))
