@@ -31,6 +31,8 @@ from autograder import lesson_checks  # noqa: E402, F401 - every lesson's checks
 IN_SANDBOX = False  # True in a grading child (set first thing in main)
 _dumps = json.dumps  # ours, before any student code could replace json.dumps
 PROGRESS = "progress"  # the index of the step running now, rewritten before each step
+ALARM_MARK = b"!"  # written after that index when the step's alarm fires
+_progress_fd: int | None = None
 KEEP_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg"}
 
 
@@ -61,6 +63,11 @@ class _Shell:
 
 
 def _on_alarm(signum, frame):
+    if _progress_fd is not None:  # the fork server learns the step was told to stop
+        try:
+            os.pwrite(_progress_fd, ALARM_MARK, 11)
+        except OSError:
+            pass
     raise CellTimeout()
 
 
@@ -154,14 +161,14 @@ def _changed_and_restore(snapshot, registry: dict) -> list[str]:
 def _say_running(fd: int, index: int) -> None:
     """Tell the fork server which step runs now: it kills a step that outlives its alarm."""
     try:
-        os.pwrite(fd, f"{index:>10}\n".encode(), 0)
+        os.pwrite(fd, f"{index:>10}\n ".encode(), 0)  # the blank: its alarm has not fired
     except OSError:
         pass
 
 
 def main(payload, workdir: str, limits) -> None:
     """Run the steps; write one JSON line per step to results.jsonl; exit without cleanup."""
-    global IN_SANDBOX
+    global IN_SANDBOX, _progress_fd
     IN_SANDBOX = True
     _confine(workdir, limits)
     results = open(os.path.join(workdir, "results.jsonl"), "a", encoding="utf-8")  # O_APPEND: forged lines add, never overwrite
@@ -182,7 +189,7 @@ def main(payload, workdir: str, limits) -> None:
     snapshot = _watched()
     registry = dict(checks_core.REGISTRY)
     tampered: list[str] = []
-    progress = os.open(os.path.join(workdir, PROGRESS), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    progress = _progress_fd = os.open(os.path.join(workdir, PROGRESS), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     for index, (kind, step_id, source) in enumerate(payload):
         _say_running(progress, index)
         line: dict = {"step": step_id, "kind": kind}

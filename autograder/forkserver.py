@@ -6,10 +6,12 @@ enforces the wall-clock limit: it kills the child's whole process group, then ev
 was orphaned under it (it is a "child subreaper", so escaped grandchildren come back to it).
 
 It also watches which step the child is running (``child.PROGRESS``, rewritten before each step):
-a step that is still running ``STUCK_GRACE_S`` after its own alarm should have fired swallowed
-that alarm (``except BaseException`` around a loop does), so the server kills the job then and
-names the step, instead of letting it hold a worker until the notebook's wall-clock limit. The
-runner grades the notebook again without that step.
+a step still running ``SWALLOWED_S`` after its alarm fired (the child marks the progress file
+when it does) swallowed that alarm (``except BaseException`` around a loop does); a step still
+running ``STUCK_GRACE_S`` after the alarm was due, without it firing, is stuck in one long
+operation that Python cannot interrupt. Either way the server kills the job then and names the
+step, instead of letting it hold a worker until the notebook's wall-clock limit. The runner
+grades the notebook again without that step.
 """
 
 import ctypes
@@ -24,7 +26,8 @@ from autograder import child
 from autograder.runner import Limits
 
 PR_SET_CHILD_SUBREAPER = 36
-STUCK_GRACE_S = 5.0  # after a step's alarm: time for it to unwind before it counts as stuck
+STUCK_GRACE_S = 5.0  # after a step's alarm was due and has not fired: a long uninterruptible call
+SWALLOWED_S = 1.0  # after a step's alarm fired: time for it to unwind before it counts as stuck
 POLL_S = 0.25
 
 
@@ -64,30 +67,39 @@ def _wait(pid: int, timeout: float):
             os.close(fd)
 
 
-def _running_step(path: str) -> int | None:
+def _running_step(path: str) -> tuple[int | None, bool]:
+    """The index of the step the child runs now, and whether that step's alarm has fired."""
     try:
         with open(path, "rb") as fh:
-            return int(fh.read(64).split()[0])
+            raw = fh.read(64)
+        return int(raw.split()[0]), raw[11:12] == child.ALARM_MARK
     except (OSError, ValueError, IndexError):
-        return None
+        return None, False
 
 
 def _watch(pid: int, limits: Limits, progress: str):
-    """Wait for the child; returns (wait status or None, index of a stuck step or None)."""
+    """Wait for the child; returns (wait status or None, index of a stuck step or None, whether
+    that step swallowed its alarm)."""
     deadline = time.monotonic() + limits.wall_s
-    step, since = None, time.monotonic()
+    step, since, fired_at = None, time.monotonic(), None
     while True:
         status = _wait(pid, max(0.0, min(POLL_S, deadline - time.monotonic())))
         if status is not None:
-            return status, None
+            return status, None, False
         now = time.monotonic()
         if now >= deadline:
-            return None, None
-        current = _running_step(progress)
+            return None, None, False
+        current, fired = _running_step(progress)
         if current != step:
-            step, since = current, now
-        elif step is not None and now - since > limits.cell_s + STUCK_GRACE_S:
-            return None, step
+            step, since, fired_at = current, now, None
+        if step is None:
+            continue
+        if fired and fired_at is None:
+            fired_at = now
+        if fired_at is not None and now - fired_at > SWALLOWED_S:
+            return None, step, True
+        if now - since > limits.cell_s + STUCK_GRACE_S:
+            return None, step, fired_at is not None
 
 
 def _kill_leftovers(pid: int) -> int:
@@ -140,7 +152,7 @@ def serve() -> None:
                 child.main(request["payload"], request["workdir"], limits)
             finally:
                 os._exit(70)
-        status, stuck = _watch(pid, limits, os.path.join(request["workdir"], child.PROGRESS))
+        status, stuck, swallowed = _watch(pid, limits, os.path.join(request["workdir"], child.PROGRESS))
         timed_out = status is None
         if timed_out:
             try:
@@ -150,7 +162,7 @@ def serve() -> None:
             status = _wait(pid, 30)
         _kill_leftovers(pid)
         code = os.waitstatus_to_exitcode(status) if status is not None else None
-        _send(stdout, {"exit": code, "timed_out": timed_out, "stuck": stuck})
+        _send(stdout, {"exit": code, "timed_out": timed_out, "stuck": stuck, "swallowed": swallowed})
 
 
 if __name__ == "__main__":

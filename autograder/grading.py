@@ -35,6 +35,15 @@ STUCK_MESSAGE = (
     "{what} ran past the time limit and went on after being told to stop, so it was killed and the "
     "notebook was graded again without it (an infinite loop inside `except:` or `except BaseException:`?)"
 )
+UNINTERRUPTIBLE_MESSAGE = (
+    "{what} ran past the time limit inside one long operation that could not be interrupted (a "
+    "huge tensor or matrix product?), so it was killed and the notebook was graded again without it"
+)
+
+
+def _stuck_message(line: dict, what: str) -> str:
+    template = STUCK_MESSAGE if line.get("swallowed", True) else UNINTERRUPTIBLE_MESSAGE
+    return template.format(what=what)
 STATUSES = ("passed", "failed", "error", "timeout", "crashed", "missing", "invalid", "tampered")
 # when tests of one exercise disagree, the exercise shows the most serious status
 SEVERITY = {s: i for i, s in enumerate(STATUSES)}
@@ -183,7 +192,7 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
         return result("tampered", "the results of this test were written more than once: forged by the notebook")
     if answer_line and answer_line.get("status") == "timeout":
         if answer_line.get("stuck"):
-            return result("timeout", STUCK_MESSAGE.format(what="your answer cell"))
+            return result("timeout", _stuck_message(answer_line, "your answer cell"))
         return result("timeout", "your answer cell ran past the time limit (an infinite loop?)")
     if line is None:
         if job.timed_out:
@@ -195,7 +204,7 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
         return result("crashed", "the notebook stopped before this test ran")
     if line.get("status") == "timeout":
         if line.get("stuck"):
-            return result("timeout", STUCK_MESSAGE.format(what="the test (running your code)"))
+            return result("timeout", _stuck_message(line, "the test (running your code)"))
         return result("timeout", "the test ran past the time limit (an infinite loop in your code?)")
     if line.get("tampered"):
         return result("tampered", "the notebook replaced what the tests rely on: " + ", ".join(map(str, line["tampered"]))[:500])

@@ -142,18 +142,19 @@ class ForkServer:
             raise RuntimeError("the grading fork server stopped")
         return json.loads(line)
 
-    def run(self, payload: list, workdir: str, limits: Limits) -> tuple[int | None, bool, int | None]:
+    def run(self, payload: list, workdir: str, limits: Limits) -> tuple[int | None, bool, int | None, bool]:
         """Run one job; returns (exit code or None if killed for time, timed_out, the index of
-        the step that outlived its alarm and was killed, or None)."""
+        the step that outlived its alarm and was killed, or None, and whether that step went on
+        after its alarm fired rather than being stuck in one call)."""
         request = {"payload": payload, "workdir": workdir, "limits": asdict(limits)}
         self.process.stdin.write((json.dumps(request) + "\n").encode())
         self.process.stdin.flush()
         answer = self._read(timeout=limits.wall_s + 60)
         if answer is None:  # the server itself is stuck: end it and everything under it
             self.close(force=True)
-            return None, True, None
+            return None, True, None, False
         stuck = answer.get("stuck")
-        return (None if answer["timed_out"] else answer["exit"]), bool(answer["timed_out"]), stuck
+        return (None if answer["timed_out"] else answer["exit"]), bool(answer["timed_out"]), stuck, bool(answer.get("swallowed"))
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -244,10 +245,11 @@ def run_steps(
     limits = limits or Limits()
     replacements = replacements or {}
     stuck: list[str] = []
+    swallowed: set[str] = set()
     spent = 0.0
     left = list(steps)
     while True:
-        result, index = _run_once(left, limits, isolation or default_isolation())
+        result, index, went_on = _run_once(left, limits, isolation or default_isolation())
         spent += result.wall_s
         if index is None or not isinstance(index, int) or not 0 <= index < len(left) or len(stuck) >= MAX_STUCK:
             break
@@ -256,6 +258,8 @@ def run_steps(
             left = left[:index] + left[index + 1:]
             continue
         stuck.append(step.id)
+        if went_on:
+            swallowed.add(step.id)
         if step.kind == "code" and step.id in replacements:
             left = left[:index] + [Step(step.kind, step.id, replacements[step.id])] + left[index + 1:]
         else:
@@ -264,18 +268,21 @@ def run_steps(
     result.stuck = stuck
     kinds = {s.id: s.kind for s in steps}
     # what the parent itself saw: the step ran past its alarm and was killed
-    result.lines = [{"step": sid, "kind": kinds.get(sid, "code"), "status": "timeout", "stuck": True} for sid in stuck] + result.lines
+    result.lines = [
+        {"step": sid, "kind": kinds.get(sid, "code"), "status": "timeout", "stuck": True, "swallowed": sid in swallowed}
+        for sid in stuck
+    ] + result.lines
     return result
 
 
-def _run_once(steps: list[Step], limits: Limits, isolation: Isolation) -> tuple[JobResult, int | None]:
+def _run_once(steps: list[Step], limits: Limits, isolation: Isolation) -> tuple[JobResult, int | None, bool]:
     server = _acquire(isolation)
     try:
         with tempfile.TemporaryDirectory(prefix="job-", dir=server.job_base) as workdir:
             os.chmod(workdir, 0o700)
             payload = [(s.kind, s.id, s.source) for s in steps]
             start = time.monotonic()
-            exitcode, timed_out, stuck = server.run(payload, workdir, limits)
+            exitcode, timed_out, stuck, swallowed = server.run(payload, workdir, limits)
             result = JobResult(exitcode=exitcode, timed_out=timed_out and stuck is None)
             result.wall_s = time.monotonic() - start
             result.lines = _read_lines(Path(workdir) / RESULTS)
@@ -284,7 +291,7 @@ def _run_once(steps: list[Step], limits: Limits, isolation: Isolation) -> tuple[
         server.close(force=True)
         raise
     _release(server)
-    return result, stuck
+    return result, stuck, swallowed
 
 
 def _read_lines(path: Path) -> list[dict]:

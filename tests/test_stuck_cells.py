@@ -15,7 +15,7 @@ from harness import ROOT, solution_answers
 
 from autograder.course import load_lesson
 from autograder.demo import _with_answers
-from autograder.grading import grade_notebook
+from autograder.grading import grade_notebook, judge_test
 from autograder.runner import Limits, Step, run_steps
 
 A = "03-self-attention"
@@ -24,7 +24,8 @@ LESSON = load_lesson(ROOT / "solutions" / A / NB, A)
 RELEASE = json.loads((ROOT / "notebooks" / A / NB).read_text())
 ANSWERS = solution_answers(A)
 SWALLOW = "import time\nwhile True:\n    try:\n        time.sleep(0.05)\n    except BaseException:\n        pass\n"
-LIMITS = Limits(wall_s=300, cell_s=2)  # a stuck step must cost about cell_s + grace, far below wall_s
+LIMITS = Limits(wall_s=300, cell_s=2)
+TEST = next(iter(LESSON.exercises.values())).tests[0]  # a stuck step must cost about cell_s + grace, far below wall_s
 
 
 def graded(tmp_path, notebook):
@@ -53,6 +54,23 @@ def test_a_stuck_step_with_a_replacement_runs_as_the_replacement():
     assert job.stuck == ["a"]
     assert job.step("a")["status"] == "timeout" and job.step("a")["stuck"]  # it still counts as stuck
     assert job.step("b")["status"] == "ok", job.lines  # what came after could use its definitions
+
+
+def test_a_step_that_swallows_its_alarm_is_killed_within_seconds_of_it():
+    job = run_steps([Step("code", "loop", SWALLOW)], LIMITS)
+    line = job.step("loop")
+    assert line["stuck"] and line["swallowed"], job.lines
+    assert job.wall_s < LIMITS.cell_s + 3, f"{job.wall_s:.1f} s after an alarm due at {LIMITS.cell_s} s"
+
+
+def test_one_long_uninterruptible_call_is_not_called_a_swallowed_alarm():
+    # sum() over a range loops in C without checking for signals, so the alarm cannot fire
+    # before it returns; the step is killed all the same, and not blamed on an `except:`
+    job = run_steps([Step("code", "sum", "sum(range(10**12))\n"), Step("code", "b", "y = 2")], LIMITS)
+    assert job.step("sum")["stuck"] and not job.step("sum")["swallowed"], job.lines
+    assert job.step("b")["status"] == "ok"
+    message = judge_test(TEST, job, job.step("sum")).message
+    assert "could not be interrupted" in message and "except" not in message, message
 
 
 def test_a_replacement_that_is_stuck_too_is_left_out():
