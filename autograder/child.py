@@ -26,12 +26,10 @@ import torch  # noqa: E402
 from IPython.core.inputtransformer2 import TransformerManager  # noqa: E402
 
 import helpers.checks.core as checks_core  # noqa: E402
-from autograder import lesson_checks  # noqa: E402, F401 - every lesson's checks, loaded once
+from autograder import lesson_checks, protocol  # noqa: E402, F401 - lesson_checks: every lesson's checks, loaded once
 
 IN_SANDBOX = False  # True in a grading child (set first thing in main)
 _dumps = json.dumps  # ours, before any student code could replace json.dumps
-PROGRESS = "progress"  # the index of the step running now, rewritten before each step
-ALARM_MARK = b"!"  # written after that index when the step's alarm fires
 _progress_fd: int | None = None
 KEEP_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg"}
 
@@ -65,7 +63,7 @@ class _Shell:
 def _on_alarm(signum, frame):
     if _progress_fd is not None:  # the fork server learns the step was told to stop
         try:
-            os.pwrite(_progress_fd, ALARM_MARK, 11)
+            os.pwrite(_progress_fd, protocol.ALARM_MARK, protocol.ALARM_OFFSET)
         except OSError:
             pass
     raise CellTimeout()
@@ -88,7 +86,7 @@ def _confine(workdir: str, limits) -> None:
     os.environ.update(KEEP_ENV, HOME=workdir, TMPDIR=workdir, TRANSFORMER_COURSE_QUICK="1")
     if data:  # the course's training text, found by the grader (read-only)
         os.environ["TRANSFORMER_COURSE_DATA"] = data
-    out = os.open(os.path.join(workdir, "output.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    out = os.open(os.path.join(workdir, protocol.OUTPUT), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(out, 1)
     os.dup2(out, 2)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -161,7 +159,7 @@ def _changed_and_restore(snapshot, registry: dict) -> list[str]:
 def _say_running(fd: int, index: int) -> None:
     """Tell the fork server which step runs now: it kills a step that outlives its alarm."""
     try:
-        os.pwrite(fd, f"{index:>10}\n ".encode(), 0)  # the blank: its alarm has not fired
+        os.pwrite(fd, protocol.progress_bytes(index), 0)
     except OSError:
         pass
 
@@ -171,7 +169,7 @@ def main(payload, workdir: str, limits) -> None:
     global IN_SANDBOX, _progress_fd
     IN_SANDBOX = True
     _confine(workdir, limits)
-    results = open(os.path.join(workdir, "results.jsonl"), "a", encoding="utf-8")  # O_APPEND: forged lines add, never overwrite
+    results = open(os.path.join(workdir, protocol.RESULTS), "a", encoding="utf-8")  # O_APPEND: forged lines add, never overwrite
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
@@ -189,7 +187,7 @@ def main(payload, workdir: str, limits) -> None:
     snapshot = _watched()
     registry = dict(checks_core.REGISTRY)
     tampered: list[str] = []
-    progress = _progress_fd = os.open(os.path.join(workdir, PROGRESS), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    progress = _progress_fd = os.open(os.path.join(workdir, protocol.PROGRESS), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     for index, (kind, step_id, source) in enumerate(payload):
         _say_running(progress, index)
         line: dict = {"step": step_id, "kind": kind}
@@ -228,7 +226,7 @@ def main(payload, workdir: str, limits) -> None:
         plt.close("all")
         write(line)
     _say_running(progress, len(payload))
-    write({"step": "__done__"})
+    write({"step": protocol.DONE})
     results.close()
     sys.stdout.flush()
     os._exit(0)

@@ -5,7 +5,7 @@ confines itself and runs the job (``autograder.child.main``); it never returns h
 enforces the wall-clock limit: it kills the child's whole process group, then every process that
 was orphaned under it (it is a "child subreaper", so escaped grandchildren come back to it).
 
-It also watches which step the child is running (``child.PROGRESS``, rewritten before each step):
+It also watches which step the child is running (``protocol.PROGRESS``, rewritten before each step):
 a step still running ``SWALLOWED_S`` after its alarm fired (the child marks the progress file
 when it does) swallowed that alarm (``except BaseException`` around a loop does); a step still
 running ``STUCK_GRACE_S`` after the alarm was due, without it firing, is stuck in one long
@@ -22,8 +22,8 @@ import signal
 import sys
 import time
 
-from autograder import child
-from autograder.runner import Limits
+from autograder import child, protocol
+from autograder.protocol import Limits
 
 PR_SET_CHILD_SUBREAPER = 36
 STUCK_GRACE_S = 5.0  # after a step's alarm was due and has not fired: a long uninterruptible call
@@ -71,9 +71,8 @@ def _running_step(path: str) -> tuple[int | None, bool]:
     """The index of the step the child runs now, and whether that step's alarm has fired."""
     try:
         with open(path, "rb") as fh:
-            raw = fh.read(64)
-        return int(raw.split()[0]), raw[11:12] == child.ALARM_MARK
-    except (OSError, ValueError, IndexError):
+            return protocol.read_progress(fh.read(64))
+    except OSError:
         return None, False
 
 
@@ -152,7 +151,7 @@ def serve() -> None:
                 child.main(request["payload"], request["workdir"], limits)
             finally:
                 os._exit(70)
-        status, stuck, swallowed = _watch(pid, limits, os.path.join(request["workdir"], child.PROGRESS))
+        status, stuck, swallowed = _watch(pid, limits, os.path.join(request["workdir"], protocol.PROGRESS))
         timed_out = status is None
         if timed_out:
             try:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from autograder import lesson_checks  # noqa: F401 - fills the registry of checks
 from autograder.course import Lesson, Test, cell_source, nbgrader_meta
+from autograder.protocol import DONE
 from autograder.runner import JobResult, Limits, Step, run_steps
 from autograder.sandbox import Isolation
 from helpers.checks.core import REGISTRY, CheckFailed, decode
@@ -199,7 +200,7 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
             return result("timeout", "the notebook ran past its time limit before this test")
         if job.exitcode not in (0, None):
             return result("crashed", f"the notebook's process died ({_exit_reason(job.exitcode)}) before this test")
-        if job.step("__done__") is not None:
+        if job.step(DONE) is not None:
             return result("tampered", "the results of this test were removed by the notebook")
         return result("crashed", "the notebook stopped before this test ran")
     if line.get("status") == "timeout":

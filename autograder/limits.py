@@ -20,6 +20,7 @@ from pathlib import Path
 from autograder.course import Lesson, lessons
 from autograder.executors import lesson_isolations
 from autograder.grading import build_program
+from autograder.protocol import DONE
 from autograder.runner import LessonLimits, Limits, run_steps, shutdown_servers
 from autograder.sandbox import Isolation, resolve_mode
 
@@ -57,8 +58,8 @@ def calibrate(lesson: Lesson, base: Limits, isolation: Isolation | None = None) 
     ``base`` supplies the memory and output limits, which are not measured."""
     steps, _ = build_program(lesson, lesson.notebook)
     job = run_steps(steps, dataclasses.replace(base, wall_s=CALIBRATION.wall_s, cell_s=CALIBRATION.cell_s), isolation)
-    failed = [line for line in job.lines if line.get("status") not in ("ok", None) and line.get("step") != "__done__"]
-    if job.step("__done__") is None or failed:
+    failed = [line for line in job.lines if line.get("status") not in ("ok", None) and line.get("step") != DONE]
+    if job.step(DONE) is None or failed:
         what = ", ".join(f"{line.get('step')} ({line.get('status')}: {line.get('error', '')[:120]})" for line in failed[:3])
         raise CalibrationError(
             f"{lesson.assignment}: the course's own solution did not run cleanly in the grader"

@@ -36,22 +36,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autograder.protocol import MAX_RESULTS_BYTES, OUTPUT, RESULTS, Limits, Step
 from autograder.sandbox import JOB_BASE, Isolation, env_for_server
 
-RESULTS = "results.jsonl"
 MAX_STUCK = 3  # steps that swallow their alarm, each removed and the notebook run again
-OUTPUT = "output.txt"
-MAX_RESULTS_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits for one notebook run."""
-
-    wall_s: float = 120.0  # the whole notebook, wall clock: the child is killed after this
-    cell_s: float = 30.0  # one cell: an alarm raises CellTimeout inside it
-    memory_mb: int = 2048  # address space the child may add to what the imports already use
-    output_mb: int = 16  # largest file the child may write (its printed output included)
 
 
 @dataclass(frozen=True)
@@ -81,15 +69,6 @@ def limits_from_data(data: dict) -> "Limits | LessonLimits":
     if set(data) == {"default", "lessons"}:
         return LessonLimits(Limits(**data["default"]), tuple((a, Limits(**v)) for a, v in sorted(data["lessons"].items())))
     return Limits(**data)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One thing for the child to run: a code cell of the student's, or a course test cell."""
-
-    kind: str  # "code" or "test"
-    id: str  # the cell's nbgrader grade_id, or "cell-<n>" for cells without one
-    source: str
 
 
 @dataclass

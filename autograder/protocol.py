@@ -1,0 +1,69 @@
+"""What the grader's processes say to each other: one place for the files, lines and limits.
+
+A grading job crosses three processes. The runner (the grader) sends the fork server a job: the
+program's steps, a job folder and the limits. The server forks a child that runs the steps and
+writes, in the job folder:
+
+* ``RESULTS``: one JSON line per step, ``{"step": id, "kind": "code" | "test", "status": ...,
+  "s": seconds}``, plus ``records`` for a test step (each a check's probe data, see
+  ``RECORD_KEYS``), and a last line ``{"step": DONE}`` when the program ran to its end;
+* ``OUTPUT``: everything the student's code printed;
+* ``PROGRESS``: the index of the step running now, followed by ``ALARM_MARK`` once that step's
+  alarm has fired (the server reads it to kill a step that will not stop).
+
+The server answers with the child's exit code and, for a step it killed, its index and whether
+the step went on after its alarm. The judge (in the runner's process) reads the lines back with
+``MAX_RESULTS_BYTES`` at most and trusts none of them beyond their decoded, checked fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RESULTS = "results.jsonl"
+OUTPUT = "output.txt"
+PROGRESS = "progress"
+ALARM_MARK = b"!"
+ALARM_OFFSET = 11  # PROGRESS holds the index right-aligned in 10 characters, a newline, then the mark
+DONE = "__done__"
+MAX_RESULTS_BYTES = 64 * 1024 * 1024
+
+#: a step's line: how it ended
+LINE_STATUSES = ("ok", "error", "timeout")
+#: the keys of one check's record in a test step's line (``helpers.checks.core.Check.record``):
+#: ``check`` always; then ``data`` (the probe's JSON-ready data), or ``failed`` (the probe found
+#: the object unusable), or ``error``/``not_implemented``/``traceback`` (the student's code raised)
+RECORD_KEYS = ("check", "data", "failed", "error", "not_implemented", "traceback")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one notebook run."""
+
+    wall_s: float = 120.0  # the whole notebook, wall clock: the child is killed after this
+    cell_s: float = 30.0  # one cell: an alarm raises CellTimeout inside it
+    memory_mb: int = 2048  # address space the child may add to what the imports already use
+    output_mb: int = 16  # largest file the child may write (its printed output included)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing for the child to run: a code cell of the student's, or a course test cell."""
+
+    kind: str  # "code" or "test"
+    id: str  # the cell's nbgrader grade_id, or "cell-<n>" for cells without one
+    source: str
+
+
+def progress_bytes(index: int) -> bytes:
+    """What the child writes to ``PROGRESS`` when step ``index`` starts (its alarm not fired)."""
+    return f"{index:>10}\n ".encode()
+
+
+def read_progress(raw: bytes) -> tuple[int | None, bool]:
+    """The step index in ``PROGRESS``'s bytes, and whether its alarm has fired."""
+    try:
+        return int(raw.split()[0]), raw[ALARM_OFFSET:ALARM_OFFSET + 1] == ALARM_MARK
+    except (ValueError, IndexError):
+        return None, False
+
