@@ -45,6 +45,7 @@ from autograder.course import (
     find_course_root,
     lessons,
     nbgrader_meta,
+    without_hidden_tests,
     without_solution_markers,
 )
 
@@ -57,7 +58,6 @@ CELL_TIMEOUT_S = 600
 #: a build that does not finish in this time is stopped
 BUILD_TIMEOUT_S = 3600
 
-HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*(\n|$)", re.S | re.M)
 SELF_CHECK = re.compile(r"\bcheck_notebook\s*\(")
 SELF_CHECK_HEADING = re.compile(r"^\s*#+\s*Check all your answers", re.I)
 
@@ -217,7 +217,7 @@ def book_notebook(notebook: dict, plot_defaults: dict[str, str] | None = None) -
                 cells.pop()  # "Check all your answers": it only introduces the self-check cell
             continue
         source = cell_source(cell)
-        source = HIDDEN_BLOCK.sub("", source)
+        source = without_hidden_tests(source)
         meta = cell.setdefault("metadata", {})
         if nbgrader_meta(cell).get("solution"):
             source = without_solution_markers(source)
@@ -240,7 +240,7 @@ def book_notebook(notebook: dict, plot_defaults: dict[str, str] | None = None) -
 def lesson_title(lesson: Lesson) -> str:
     """``Lesson 03 · Self-attention, step by step`` from the notebook's ``course`` metadata,
     else its first heading, else the assignment name."""
-    meta = lesson.notebook.get("metadata", {}).get("course", {})
+    meta = lesson.meta
     if meta.get("title"):
         number = meta.get("lesson")
         return f"Lesson {int(number):02d} · {meta['title']}" if isinstance(number, int) else str(meta["title"])

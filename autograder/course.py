@@ -77,9 +77,22 @@ class Test:
 SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*(\n|$)", re.M)
 
 
+#: a hidden-test block of a test cell, markers included
+HIDDEN_BLOCK = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*(\n|$)", re.S | re.M)
+#: the blocks that ``release`` takes out of the student's notebook, as (begin, end) markers
+RELEASE_BLOCKS = (("### BEGIN SOLUTION", "### END SOLUTION"), (HIDDEN_BEGIN, "### END HIDDEN TESTS"))
+#: the tag of cells whose code goes into the lesson's generated ``helpers/reference`` module
+REFERENCE_TAG = "reference"
+
+
 def without_solution_markers(source: str) -> str:
     """An answer cell's source as a student would have written it: the markers' lines removed."""
     return SOLUTION_MARKER.sub("", source)
+
+
+def without_hidden_tests(source: str) -> str:
+    """A test cell's source with its hidden block (markers included) removed."""
+    return HIDDEN_BLOCK.sub("", source)
 
 
 @dataclass
@@ -112,6 +125,15 @@ class Lesson:
     @property
     def max_score(self) -> float:
         return sum(e.max_score for e in self.exercises.values())
+
+    @property
+    def meta(self) -> dict:
+        """The notebook's ``course`` metadata: lesson, assignment, title, reference_module."""
+        return self.notebook.get("metadata", {}).get("course", {})
+
+    def reference_cells(self) -> list[dict]:
+        """The cells tagged ``reference``, in order."""
+        return [c for c in self.notebook["cells"] if REFERENCE_TAG in c.get("metadata", {}).get("tags", [])]
 
     def tests(self) -> list[Test]:
         return [t for e in self.exercises.values() for t in e.tests]

@@ -74,7 +74,7 @@ def lesson_isolations(
     found = {}
     for lesson in chosen:
         later = course[order.index(lesson.assignment):]
-        hidden = [m for m in (le.notebook["metadata"].get("course", {}).get("reference_module") for le in later) if m]
+        hidden = [m for m in (le.meta.get("reference_module") for le in later) if m]
         iso = isolation(mode, root, base, hidden, private)
         found[lesson.assignment] = dataclasses.replace(iso, key=f"{iso.key}@{tag}")
     return found

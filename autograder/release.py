@@ -20,12 +20,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder.course import RELEASE, SOLUTIONS, CourseError, cell_source, lessons
+from autograder.course import (
+    RELEASE,
+    RELEASE_BLOCKS,
+    SOLUTIONS,
+    CourseError,
+    cell_source,
+    lessons,
+    without_solution_markers,
+)
 
 REFERENCE_DIR = Path("helpers") / "reference"
-REFERENCE_TAG = "reference"
-MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
-BLOCKS = [("### BEGIN SOLUTION", "### END SOLUTION"), ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")]
 TRIVIAL = re.compile(r"^(pass|return|else:|try:|\)|\]|\}|#.*|)$")
 HEADER = '''"""Reference implementation for lesson {lesson}: {title}.
 
@@ -44,9 +49,9 @@ def reference_modules(root: Path) -> dict[Path, str]:
     """The text of every generated reference module, by path relative to ``root``."""
     modules: dict[Path, str] = {}
     for lesson in lessons(root):
-        meta = lesson.notebook.get("metadata", {}).get("course", {})
+        meta = lesson.meta
         module = meta.get("reference_module")
-        cells = [c for c in lesson.notebook["cells"] if REFERENCE_TAG in c.get("metadata", {}).get("tags", [])]
+        cells = lesson.reference_cells()
         if not module:
             if cells:
                 raise CourseError(f"{lesson.path}: cells are tagged reference but no reference_module is set")
@@ -54,8 +59,7 @@ def reference_modules(root: Path) -> dict[Path, str]:
         source = lesson.path.relative_to(root).as_posix()
         parts = [HEADER.format(lesson=meta.get("lesson", "?"), title=meta.get("title", ""), source=source)]
         for cell in cells:
-            lines = [line for line in cell_source(cell).splitlines() if not MARKER.match(line)]
-            parts.append("\n".join(lines).strip("\n") + "\n")
+            parts.append(without_solution_markers(cell_source(cell)).strip("\n") + "\n")
         path = REFERENCE_DIR / f"{module}.py"
         if path in modules:
             raise CourseError(f"two lessons write {path}")
@@ -115,12 +119,12 @@ def find_leaks(root: Path, release_dir: Path) -> list[str]:
         release_lines = {line.strip() for c in release_cells for line in cell_source(c).splitlines()}
         release_text = "\n".join(cell_source(c) for c in release_cells)
         open_text = "\n".join(cell_source(c) for c in lesson.notebook["cells"])
-        for begin, end in BLOCKS:
+        for begin, end in RELEASE_BLOCKS:
             open_text = re.sub(re.escape(begin) + r".*?" + re.escape(end), "", open_text, flags=re.S)
         open_lines = {line.strip() for line in open_text.splitlines()}
         for cell in lesson.notebook["cells"]:
             text = cell_source(cell)
-            for begin, end in BLOCKS:
+            for begin, end in RELEASE_BLOCKS:
                 for block in re.findall(re.escape(begin) + r"(.*?)" + re.escape(end), text, re.S):
                     for line in block.splitlines():
                         line = line.strip()
@@ -128,7 +132,7 @@ def find_leaks(root: Path, release_dir: Path) -> list[str]:
                             continue
                         if line in release_lines:
                             leaks.append(f"{lesson.assignment}, cell {cell.get('id')}: {line[:80]}")
-        for begin, _ in BLOCKS:
+        for begin, _ in RELEASE_BLOCKS:
             if begin in release_text:
                 leaks.append(f"{lesson.assignment}: marker {begin!r} left in the release")
     return leaks

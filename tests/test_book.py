@@ -10,7 +10,9 @@ import pytest
 
 from autograder.book import book_notebook, build_book
 from autograder.course import HIDDEN_BEGIN, cell_source, lessons, nbgrader_meta
-from autograder.release import BLOCKS, MARKER, TRIVIAL
+from autograder.course import RELEASE_BLOCKS as BLOCKS
+from autograder.course import SOLUTION_MARKER as MARKER
+from autograder.release import TRIVIAL
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = lessons(ROOT)
