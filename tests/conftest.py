@@ -4,6 +4,7 @@ import os
 
 import pytest
 from chromium import CHROMIUM, CHROMIUM_ARGS, missing
+from harness import generate_catalogue_tests
 
 # Lessons that train read this: tests run them in their quick setting (seconds, not minutes).
 os.environ.setdefault("TRANSFORMER_COURSE_QUICK", "1")
@@ -11,6 +12,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Tiny tensors on a busy 2-core machine run far faster on one thread; kernels started by the
 # notebook tests inherit this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_generate_tests(metafunc):
+    generate_catalogue_tests(metafunc)  # one test per entry of a lesson's catalogue (tests/harness.py)
 
 
 # the real browser (tests/chromium.py) that tests/test_browser.py and

@@ -8,7 +8,10 @@ nbgrader's layout and go through the real grader, exactly as a class's submissio
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from autograder.batch import grade_class
 from autograder.course import RELEASE, cell_source, load_lesson, nbgrader_meta
@@ -97,3 +100,85 @@ def assert_costs_only_its_exercise(graded, student: str, exercise: str, words: s
     others = {name: (r.score, r.max_score, r.status, r.message) for name, r in rows.items()
               if name != exercise and (r.score, r.status) != (r.max_score, "passed")}
     assert not others, f"{student}: a mistake in {exercise} also cost {others}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The standard tests of a lesson's catalogue, written once
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """A lesson's catalogue: what its tests grade and what each submission must get.
+
+    ``mistakes``: ``{name: (exercise, edits, words[, also])}``, each loses exactly its exercise
+    and is named by ``words``; ``hidden_only``: the same, for mistakes that only the hidden tests
+    can see (they lose the hidden points); ``alternatives``: ``{name: {exercise: source}}``,
+    correct answers written differently, each with full marks.
+    """
+
+    assignment: str
+    mistakes: dict
+    alternatives: dict
+    hidden_only: dict = field(default_factory=dict)
+
+    def submissions(self) -> dict[str, dict[str, str]]:
+        subs = mistake_submissions(self.assignment, {**self.mistakes, **self.hidden_only})
+        for name, answers in self.alternatives.items():
+            subs[name] = {**solution_answers(self.assignment), **{k: v.strip() + "\n" for k, v in answers.items()}}
+        subs["correct"] = solution_answers(self.assignment)
+        return subs
+
+
+class CatalogueTests:
+    """Subclass in a lesson's test module with ``catalogue = Catalogue(...)``: its submissions are
+    graded once (by the real grader), then one test per mistake, hidden-only mistake and
+    alternative (``conftest.pytest_generate_tests`` spreads the names)."""
+
+    catalogue: Catalogue
+
+    @pytest.fixture(scope="class")
+    def graded(self, tmp_path_factory):
+        return grade_submissions(self.catalogue.assignment, self.catalogue.submissions(),
+                                 tmp_path_factory.mktemp(self.catalogue.assignment[:2]))
+
+    def test_catalogue_names_at_least_three_mistakes_per_exercise(self):
+        mistakes = list(self.catalogue.mistakes.values())
+        for exercise in lesson(self.catalogue.assignment).exercises:
+            assert sum(entry[0] == exercise for entry in mistakes) >= 3, exercise
+
+    @pytest.mark.slow
+    def test_solution_gets_full_marks(self, graded):
+        for r in graded[graded.student_id == "correct"].itertuples():
+            assert (r.score, r.status) == (r.max_score, "passed"), (r.exercise, r.message)
+
+    @pytest.mark.slow
+    def test_mistake_loses_exactly_its_exercise(self, graded, mistake):
+        exercise, _, words, *_ = self.catalogue.mistakes[mistake]
+        assert_costs_only_its_exercise(graded, mistake, exercise, words)
+
+    @pytest.mark.slow
+    def test_alternative_correct_answers_get_full_marks(self, graded, alternative):
+        for exercise in self.catalogue.alternatives[alternative]:
+            r = row(graded, alternative, exercise)
+            assert (r.score, r.status) == (r.max_score, "passed"), r.message
+
+
+class HiddenOnlyTests(CatalogueTests):
+    """``CatalogueTests`` for a catalogue with ``hidden_only`` mistakes."""
+
+    @pytest.mark.slow
+    def test_hidden_only_mistake_loses_the_hidden_points(self, graded, hidden_only):
+        exercise, _, words, *_ = self.catalogue.hidden_only[hidden_only]
+        hidden = sum(t.points for t in lesson(self.catalogue.assignment).exercises[exercise].tests if t.hidden)
+        assert_costs_only_its_exercise(graded, hidden_only, exercise, words, lost=hidden)
+
+
+def generate_catalogue_tests(metafunc) -> None:
+    """Parametrize ``CatalogueTests``' tests by the names in the class's catalogue."""
+    catalogue = getattr(metafunc.cls, "catalogue", None)
+    if not isinstance(catalogue, Catalogue):
+        return
+    for argument, names in (("mistake", catalogue.mistakes), ("hidden_only", catalogue.hidden_only),
+                            ("alternative", catalogue.alternatives)):
+        if argument in metafunc.fixturenames:
+            metafunc.parametrize(argument, sorted(names))

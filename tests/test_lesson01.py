@@ -1,15 +1,7 @@
 """Lesson 01: every catalogued mistake loses exactly its exercise's points and is named;
 correct answers written differently get full marks."""
 
-import pytest
-from harness import (
-    assert_costs_only_its_exercise,
-    edited,
-    grade_submissions,
-    lesson,
-    row,
-    solution_answers,
-)
+from harness import Catalogue, HiddenOnlyTests, lesson
 
 A = "01-tokens-and-embeddings"
 
@@ -164,15 +156,6 @@ def embedding_and_head_parameters(n_vocab, emb_dim, tie_weights=True, head_bias=
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in {**MISTAKES, **HIDDEN_ONLY}.items()}
-    for name, answers in ALTERNATIVES.items():
-        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
-    subs["correct"] = solution_answers(A)
-    return grade_submissions(A, subs, tmp_path_factory.mktemp("l01"))
-
-
 def test_catalogue_covers_every_exercise():
     exercises = set(lesson(A).exercises)
     for exercise in exercises:
@@ -180,30 +163,5 @@ def test_catalogue_covers_every_exercise():
         assert any(exercise in alt for alt in ALTERNATIVES.values()), exercise
 
 
-@pytest.mark.slow
-def test_solution_gets_full_marks(graded):
-    for r in graded[graded.student_id == "correct"].itertuples():
-        assert (r.score, r.status) == (r.max_score, "passed"), (r.exercise, r.message)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words = MISTAKES[name]
-    assert_costs_only_its_exercise(graded, name, exercise, words)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(HIDDEN_ONLY))
-def test_hidden_only_mistake_loses_the_hidden_points(graded, name):
-    exercise, _, words = HIDDEN_ONLY[name]
-    hidden = sum(t.points for t in lesson(A).exercises[exercise].tests if t.hidden)
-    assert_costs_only_its_exercise(graded, name, exercise, words, lost=hidden)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_alternative_correct_answers_get_full_marks(graded, name):
-    for exercise in ALTERNATIVES[name]:
-        r = row(graded, name, exercise)
-        assert (r.score, r.status) == (r.max_score, "passed"), r.message
+class TestCatalogue(HiddenOnlyTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY)

@@ -1,15 +1,7 @@
 """Lesson 02: every catalogued mistake loses exactly its exercise's points and is named;
 correct answers written differently get full marks."""
 
-import pytest
-from harness import (
-    assert_costs_only_its_exercise,
-    edited,
-    grade_submissions,
-    lesson,
-    row,
-    solution_answers,
-)
+from harness import Catalogue, HiddenOnlyTests, lesson
 
 A = "02-language-models"
 
@@ -181,45 +173,11 @@ class MLP(nn.Module):
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in {**MISTAKES, **HIDDEN_ONLY}.items()}
-    for name, answers in ALTERNATIVES.items():
-        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
-    subs["correct"] = solution_answers(A)
-    return grade_submissions(A, subs, tmp_path_factory.mktemp("l02"))
-
-
 def test_catalogue_covers_every_exercise():
     for exercise in lesson(A).exercises:
         assert sum(ex == exercise for ex, _, _ in MISTAKES.values()) >= 3, exercise
         assert any(exercise in alt for alt in ALTERNATIVES.values()), exercise
 
 
-@pytest.mark.slow
-def test_solution_gets_full_marks(graded):
-    for r in graded[graded.student_id == "correct"].itertuples():
-        assert (r.score, r.status) == (r.max_score, "passed"), (r.exercise, r.message)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words = MISTAKES[name]
-    assert_costs_only_its_exercise(graded, name, exercise, words)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(HIDDEN_ONLY))
-def test_hidden_only_mistake_loses_the_hidden_points(graded, name):
-    exercise, _, words = HIDDEN_ONLY[name]
-    hidden = sum(t.points for t in lesson(A).exercises[exercise].tests if t.hidden)
-    assert_costs_only_its_exercise(graded, name, exercise, words, lost=hidden)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_alternative_correct_answers_get_full_marks(graded, name):
-    for exercise in ALTERNATIVES[name]:
-        r = row(graded, name, exercise)
-        assert (r.score, r.status) == (r.max_score, "passed"), r.message
+class TestCatalogue(HiddenOnlyTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY)

@@ -3,13 +3,7 @@ correct answers written differently get full marks."""
 
 import pytest
 import torch
-from harness import (
-    assert_costs_only_its_exercise,
-    grade_submissions,
-    mistake_submissions,
-    row,
-    solution_answers,
-)
+from harness import Catalogue, CatalogueTests
 
 from helpers.checks.attention import check_attention_head, course_mask_in, known_good_causal_mask
 
@@ -98,29 +92,6 @@ class AttentionHead(nn.Module):
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = mistake_submissions(A, MISTAKES)
-    for name, answers in ALTERNATIVES.items():
-        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
-    return grade_submissions(A, subs, tmp_path_factory.mktemp("l03"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words, *_ = MISTAKES[name]
-    assert_costs_only_its_exercise(graded, name, exercise, words)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_alternative_correct_answers_get_full_marks(graded, name):
-    for exercise in ALTERNATIVES[name]:
-        r = row(graded, name, exercise)
-        assert (r.score, r.status) == (r.max_score, "passed"), r.message
-
-
 def test_catalogue_covers_every_exercise_and_a_head_that_uses_the_mask():
     for exercise in ("causal-mask", "attention-head"):
         assert sum(entry[0] == exercise for entry in MISTAKES.values()) >= 3, exercise
@@ -173,3 +144,7 @@ def test_the_head_check_lends_the_head_a_correct_mask_and_gives_the_students_bac
     scope["apply_causal_mask"] = lambda scores, T: inverted(scores)  # another signature: left alone
     with course_mask_in(scope["AttentionHead"]):
         assert torch.isneginf(scope["apply_causal_mask"](torch.zeros(3, 3), 3)).sum() == 6
+
+
+class TestCatalogue(CatalogueTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)

@@ -7,7 +7,7 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import assert_costs_only_its_exercise, edited, grade_submissions, row, solution_answers
+from harness import Catalogue, CatalogueTests
 from torch import nn
 
 from helpers.checks import multihead as checks
@@ -147,33 +147,10 @@ ALTERNATIVES = {
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in MISTAKES.items()}
-    for name, answers in ALTERNATIVES.items():
-        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
-    return grade_submissions(A, subs, tmp_path_factory.mktemp("l04"))
-
-
 def test_catalogue_has_three_mistakes_per_exercise():
     for exercise in (MHA, CSA):
         assert sum(ex == exercise for ex, _, _ in MISTAKES.values()) >= 3
         assert sum(exercise in answers for answers in ALTERNATIVES.values()) >= 3
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words = MISTAKES[name]
-    assert_costs_only_its_exercise(graded, name, exercise, words)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_alternative_correct_answers_get_full_marks(graded, name):
-    for exercise in ALTERNATIVES[name]:
-        r = row(graded, name, exercise)
-        assert (r.score, r.status) == (r.max_score, "passed"), r.message
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,3 +244,7 @@ def test_mistakes_the_checks_name_are_distinguishable(kind):
             assert not close(correct, out, 1e-6, 1e-6), label
             for other, out2 in variants[i + 1:]:
                 assert out.shape != out2.shape or not close(out, out2, 1e-6, 1e-6), (label, other)
+
+
+class TestCatalogue(CatalogueTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)

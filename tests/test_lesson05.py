@@ -1,9 +1,8 @@
 """Lesson 05: every catalogued mistake loses exactly its exercise's points and is named;
 correct answers written differently get full marks; the reference agrees with PyTorch."""
 
-import pytest
 import torch
-from harness import assert_costs_only_its_exercise, edited, grade_submissions, row, solution_answers
+from harness import Catalogue, CatalogueTests
 from torch import nn
 
 from helpers.params import num_parameters
@@ -120,29 +119,6 @@ ALTERNATIVES = {
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in MISTAKES.items()}
-    for name, answers in ALTERNATIVES.items():
-        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
-    return grade_submissions(A, subs, tmp_path_factory.mktemp("l05"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words = MISTAKES[name]
-    assert_costs_only_its_exercise(graded, name, exercise, words)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_alternative_correct_answers_get_full_marks(graded, name):
-    for exercise in ALTERNATIVES[name]:
-        r = row(graded, name, exercise)
-        assert (r.score, r.status) == (r.max_score, "passed"), r.message
-
-
 def test_layer_norm_matches_pytorch():
     torch.manual_seed(0)
     x = 3 * torch.randn(2, 7, 5, dtype=torch.float64) + 1
@@ -172,3 +148,7 @@ def test_interfaces_and_parameter_counts():
     x = torch.randn(3, 4, 5)
     assert bare(x).shape == block(x).shape == x.shape
     assert block(x[0]).shape == (4, 5)
+
+
+class TestCatalogue(CatalogueTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)

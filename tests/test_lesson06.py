@@ -3,7 +3,7 @@ correct answers written differently get full marks; the reference reproduces the
 
 import pytest
 import torch
-from harness import assert_costs_only_its_exercise, edited, grade_submissions, row, solution_answers
+from harness import Catalogue, CatalogueTests
 from torch import nn
 
 from helpers.params import num_parameters
@@ -106,29 +106,6 @@ def add_position_embeddings(x, pos_to_embedding):
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in MISTAKES.items()}
-    for name, answers in ALTERNATIVES.items():
-        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
-    return grade_submissions(A, subs, tmp_path_factory.mktemp("l06"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words = MISTAKES[name]
-    assert_costs_only_its_exercise(graded, name, exercise, words)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_alternative_correct_answers_get_full_marks(graded, name):
-    for exercise in ALTERNATIVES[name]:
-        r = row(graded, name, exercise)
-        assert (r.score, r.status) == (r.max_score, "passed"), r.message
-
-
 def test_the_seed_model_has_11971_parameters():
     model = TransformerLM(Config(bare_bones=True, final_norm=False))
     assert num_parameters(model) == 11971
@@ -181,3 +158,7 @@ def test_untrained_loss_is_near_uniform():
         logits = TransformerLM(config)(ids[:, :-1])
     loss = nn.functional.cross_entropy(logits.reshape(-1, 256), ids[:, 1:].reshape(-1))
     assert abs(loss.item() - torch.log(torch.tensor(256.0)).item()) < 0.05
+
+
+class TestCatalogue(CatalogueTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)

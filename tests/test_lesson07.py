@@ -2,8 +2,7 @@
 schedule) loses exactly its own exercise's points and is named; correct answers written
 differently get full marks."""
 
-import pytest
-from harness import assert_costs_only_its_exercise, edited, grade_submissions, row, solution_answers
+from harness import Catalogue, CatalogueTests
 
 A = "07-training"
 BATCH = "get-batch"
@@ -165,25 +164,9 @@ def train_step(model, optimizer, x, y, grad_clip=None):
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in MISTAKES.items()}
-    assert {BATCH, LR} <= {ex for ex, _, _ in MISTAKES.values()}
-    for name, answers in ALTERNATIVES.items():
-        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
-    return grade_submissions(A, subs, tmp_path_factory.mktemp("l07"))
+class TestCatalogue(CatalogueTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words = MISTAKES[name]
-    assert_costs_only_its_exercise(graded, name, exercise, words)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_alternative_correct_answers_get_full_marks(graded, name):
-    for exercise in ALTERNATIVES[name]:
-        r = row(graded, name, exercise)
-        assert (r.score, r.status) == (r.max_score, "passed"), r.message
+def test_catalogue_covers_the_batch_and_the_schedule():
+    assert {BATCH, LR} <= {entry[0] for entry in MISTAKES.values()}

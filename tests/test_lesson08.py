@@ -1,9 +1,8 @@
 """Lesson 08: every catalogued sampling mistake loses exactly its exercise's points and is named;
 correct answers written differently get full marks; the reference's filters behave as documented."""
 
-import pytest
 import torch
-from harness import assert_costs_only_its_exercise, edited, grade_submissions, row, solution_answers
+from harness import Catalogue, CatalogueTests
 
 from helpers.reference.sampling import sample_next, top_k_filter, top_p_filter
 
@@ -104,29 +103,6 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None)
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in MISTAKES.items()}
-    for name, answers in ALTERNATIVES.items():
-        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
-    return grade_submissions(A, subs, tmp_path_factory.mktemp("l08"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words = MISTAKES[name]
-    assert_costs_only_its_exercise(graded, name, exercise, words)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_alternative_correct_answers_get_full_marks(graded, name):
-    for exercise in ALTERNATIVES[name]:
-        r = row(graded, name, exercise)
-        assert (r.score, r.status) == (r.max_score, "passed"), r.message
-
-
 # ---------------------------------------------------------------------------------------------
 # The reference itself, on a fixed distribution
 
@@ -207,3 +183,7 @@ def test_the_model_is_called_gpt2_style():
     texts = "".join(src for kind, _, src in _cells() if kind == "markdown")
     assert "GPT-2's architecture" not in texts
     assert "GPT-2-style" in texts
+
+
+class TestCatalogue(CatalogueTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)
