@@ -24,6 +24,7 @@ from helpers.checks.core import (
     first_mismatch,
     identify,
 )
+from helpers.checks.diagnose import case_sizes, diagnose, explain_mismatch
 from helpers.reference import attention as ref
 
 # ---------------------------------------------------------------------------------------------
@@ -222,31 +223,45 @@ def _probe_head(cases):
     return probe
 
 
+def _head_sizes(batch, T, C, hs) -> dict[str, int]:
+    """The case's sizes by legend letter (no two equal: a size names its dimension)."""
+    return {**({"B": batch[0]} if len(batch) == 1 else {}), "T": T, "C": C, "hs": hs}
+
+
 def _run_head(head_class, cases) -> dict:
     runs = []
     for seed, batch, T, C, hs, dtype in cases:
-        weights, x, replacement = _head_inputs(seed, batch, T, C, hs, dtype)
-        head = head_class(C, hs)
-        names = sorted(name for name, _ in head.named_parameters())
-        if names != sorted(HEAD_PARAMS):
-            raise CheckFailed(
-                f"{head_class.__name__}({C}, {hs}) should have exactly the parameters "
-                f"{', '.join(HEAD_PARAMS)} (three bias-free nn.Linear layers); it has {names}."
-            )
-        head = head.to(dtype)
-        with torch.no_grad():
-            for name, param in head.named_parameters():
-                if tuple(param.shape) != tuple(weights[name].shape):
-                    raise CheckFailed(
-                        f"{name} has shape {tuple(param.shape)}; nn.Linear({C}, {hs}) stores a "
-                        f"weight of shape {tuple(weights[name].shape)} (out_features, in_features)."
-                    )
-                param.copy_(weights[name])
-            x_before = x.clone()
-            out = head(x)
-            leaks = [head(_changed_at(x, replacement, j)) for j in range(1, T)]
-        runs.append({"out": out, "x_after": x, "x_changed": not torch.equal(x_before, x), "leaks": leaks})
+        with case_sizes(_head_sizes(batch, T, C, hs)):
+            runs.append(_run_head_case(head_class, seed, batch, T, C, hs, dtype))
     return {"runs": runs}
+
+
+def _run_head_case(head_class, seed, batch, T, C, hs, dtype) -> dict:
+    weights, x, replacement = _head_inputs(seed, batch, T, C, hs, dtype)
+    head = head_class(C, hs)
+    names = sorted(name for name, _ in head.named_parameters())
+    if names != sorted(HEAD_PARAMS):
+        raise CheckFailed(
+            f"{head_class.__name__}({C}, {hs}) should have exactly the parameters "
+            f"{', '.join(HEAD_PARAMS)} (three bias-free nn.Linear layers); it has {names}."
+        )
+    head = head.to(dtype)
+    with torch.no_grad():
+        for name, param in head.named_parameters():
+            if tuple(param.shape) != tuple(weights[name].shape):
+                raise CheckFailed(
+                    f"{name} has shape {tuple(param.shape)}; nn.Linear({C}, {hs}) stores a "
+                    f"weight of shape {tuple(weights[name].shape)} (out_features, in_features)."
+                )
+            param.copy_(weights[name])
+        x_before = x.clone()
+        out = head(x)
+        x_changed = not torch.equal(x_before, x)
+        again = head(x_before.clone())  # the same input once more: is the head deterministic?
+        # each batch element alone (a batch of one): does the head mix the batch?
+        alone = [head(x_before[b : b + 1].clone()) for b in range(batch[0])] if len(batch) == 1 else None
+        leaks = [head(_changed_at(x_before, replacement, j)) for j in range(1, T)]
+    return {"out": out, "x_after": x, "x_changed": x_changed, "leaks": leaks, "again": again, "alone": alone}
 
 
 def head_variants(weights, x, hs: int) -> dict[str, torch.Tensor]:
@@ -305,8 +320,27 @@ def _judge_head(cases):
                     f"{what} should return shape {shape} (…, T, head_dim), got {tuple(run['out'].shape)} "
                     "(…, T, emb_dim): did you multiply the weights by x instead of by the values v?"
                 )
-            out = expect_tensor(run["out"], shape, what)
+            with torch.no_grad():
+                head = ref.AttentionHead(C, hs).double()
+                for name, param in head.named_parameters():
+                    param.copy_(weights[name].double())
+                expected = head(x.double())
             tol = 1e-9 if dtype == torch.float64 else 1e-4
+            diagnosis = {
+                "what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "hs"),
+                "sizes": _head_sizes(batch, T, C, hs), "again": run.get("again"), "alone": run.get("alone"),
+                "dtype": dtype,
+            }
+            if not isinstance(run["out"], torch.Tensor) or tuple(run["out"].shape) != shape:
+                raise CheckFailed(explain_mismatch(expected, run["out"], **diagnosis))
+            out = expect_tensor(run["out"], shape, what)
+            again = run.get("again")
+            if isinstance(again, torch.Tensor) and again.shape == out.shape and not close(out, again, tol, tol):
+                # not deterministic: a leak or a mismatch found below would only be noise
+                raise CheckFailed(explain_mismatch(expected, out, **diagnosis))
+            rule, message = diagnose(expected, out, **diagnosis)
+            if rule == "rule_batch":  # right alone, wrong together: a leak found below would be its echo
+                raise CheckFailed(message)
             leaks = run.get("leaks")
             if not isinstance(leaks, list) or len(leaks) != T - 1:
                 raise CheckFailed("the check's data is incomplete")
@@ -318,11 +352,6 @@ def _judge_head(cases):
                     i = int(moved.nonzero()[0][-2])
                     leak = f"changing only token {j} changed the output at position {i}: query {i} attends to key {j}"
                     break
-            with torch.no_grad():
-                head = ref.AttentionHead(C, hs).double()
-                for name, param in head.named_parameters():
-                    param.copy_(weights[name].double())
-                expected = head(x.double())
             if close(expected, out, tol, tol) and leak is None:
                 continue
             variants = head_variants({k: w.double() for k, w in weights.items()}, x.double(), hs)
@@ -338,7 +367,7 @@ def _judge_head(cases):
                     f"{what} returned NaN: a row of scores is entirely -inf (every key hidden from some "
                     f"query) or something divided by zero. Evidence: {evidence}."
                 )
-            raise CheckFailed(f"{what} differs from the reference. Evidence: {evidence}.")
+            raise CheckFailed(explain_mismatch(expected, out, **diagnosis))
         shapes = ", ".join(f"x{(*c[1], c[2], c[3])}→{(*c[1], c[2], c[4])}" for c in cases)
         return (
             f"AttentionHead: {shapes} match the reference, and no output moves when a later token changes."

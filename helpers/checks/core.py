@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -68,6 +68,10 @@ class Check:
     probe: Callable[[Any], dict]
     judge: Callable[[dict], str]
     hidden: bool = False
+    #: the sizes of the check's inputs by legend letter ({"B": 2, "T": 6, ...}), used to name the
+    #: dimensions of the tensors in an error the student's code raises (a probe that runs several
+    #: cases says each case's own with ``helpers.checks.diagnose.case_sizes``)
+    sizes: dict[str, int] | None = field(default=None, hash=False, compare=False)
 
     def __post_init__(self):
         known = REGISTRY.get(self.name)
@@ -88,6 +92,10 @@ class Check:
                     f"{what} is not written yet: it still raises NotImplementedError. Replace the "
                     "lines under '# YOUR CODE HERE' with your code, run that cell, then this one."
                 ) from None
+            except CheckFailed:
+                raise
+            except Exception as exc:  # the student's code raised: say where, and what it means
+                raise CheckFailed(_explain_error(exc, self.sizes)) from exc
             summary = self.judge(data)
         print(f"\N{CHECK MARK} {summary}")
         return None
@@ -100,12 +108,37 @@ class Check:
         except CheckFailed as exc:  # the probe itself found the object unusable (wrong type...)
             return {"check": self.name, "failed": str(exc)}
         except Exception as exc:  # noqa: BLE001 - any error of the student's code is data here
+            plain = _plain_error(exc)
+            not_implemented = isinstance(exc, NotImplementedError)
+            explained = plain if not_implemented else _explain_error(exc, self.sizes)
+            error = plain[:2000]
+            if explained != plain:  # the first line stays "TypeName: message", then what it means
+                body = explained.rsplit("\n", 1)[0]
+                error = f"{plain[:600]}\n{body}"[:2000]
             return {
                 "check": self.name,
-                "error": f"{type(exc).__name__}: {exc}"[:2000],
-                "not_implemented": isinstance(exc, NotImplementedError),
+                "error": error,
+                "explained": explained[:2000],
+                "not_implemented": not_implemented,
                 "traceback": "".join(traceback.format_exception(exc)[-6:])[-4000:],
             }
+
+
+def _plain_error(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        return type(exc).__name__
+
+
+def _explain_error(exc: BaseException, sizes: dict[str, int] | None) -> str:
+    """``explain_exception``'s text, or the plain "TypeName: message" should anything go wrong."""
+    try:
+        from helpers.checks.diagnose import explain_exception
+
+        return explain_exception(exc, sizes=sizes)
+    except Exception:  # noqa: BLE001
+        return _plain_error(exc)
 
 
 class recording:

@@ -1,28 +1,1255 @@
-"""The diagnosis layer: what a wrong output or an error establishes about its cause.
+"""The diagnosis layer: what a wrong output, or an error, establishes about its cause.
 
-(Stub: the interface other modules may already call; the probes behind it are being written.)
+Every rule here runs a probe on the data it is given (the reference's output, the student's, the
+student's output on the same input a second time, on each batch element alone) and says only
+what that probe established, with its evidence. A rule that establishes nothing returns ``None``
+and the next one runs; when none establishes anything, the message is the plain comparison.
+
+* :func:`explain_mismatch` (judge side): why a tensor differs from the reference's.
+* :func:`explain_exception` (student side, inside ``Check.record`` and ``Check.__call__``): where
+  the student's code raised, what the tensors on that line were, what PyTorch's message means.
+* :func:`trace` / :func:`first_divergence`: the intermediate outputs of a module's submodules,
+  and the first one that departs from the reference's.
+
+Shape legend: B batch, T time (sequence length), C embedding size (emb_dim), V vocabulary size
+(n_vocab), nh heads (n_heads), hs head size (head_dim), H hidden size (n_hidden).
 """
 
 from __future__ import annotations
+
+import ast
+import itertools
+import linecache
+import math
+import os
+import re
+import sys
+import sysconfig
+from contextlib import contextmanager
+from typing import Any, Callable
 
 import torch
 
 from helpers.checks.core import first_mismatch
 
-__all__ = ["explain_mismatch"]
+__all__ = [
+    "LEGEND",
+    "case_sizes",
+    "diagnose",
+    "difference_from",
+    "explain_exception",
+    "explain_mismatch",
+    "first_divergence",
+    "legend_shape",
+    "trace",
+]
+
+#: the course's shape legend: letter -> the constructor argument it stands for
+LEGEND = {
+    "B": "batch",
+    "T": "time",
+    "C": "emb_dim",
+    "V": "n_vocab",
+    "nh": "n_heads",
+    "hs": "head_dim",
+    "H": "n_hidden",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Words for shapes and positions
+
+
+def _letter(size: int, sizes: dict[str, int] | None) -> str | None:
+    """The legend letter whose size is ``size``, when exactly one has it (or a product nh·hs)."""
+    if not sizes:
+        return None
+    names = [k for k, v in sizes.items() if isinstance(v, int) and v == size]
+    if len(names) == 1:
+        return names[0]
+    if not names and "nh" in sizes and "hs" in sizes and sizes["nh"] * sizes["hs"] == size:
+        return "nh·hs"
+    return None
+
+
+def _name(letter: str) -> str:
+    """'C (emb_dim)', 'B (batch)'."""
+    word = LEGEND.get(letter)
+    return f"{letter} ({word})" if word else letter
+
+
+def legend_shape(shape, sizes: dict[str, int] | None) -> str:
+    """'(2, 6, 3) = (B, T, hs)' when ``sizes`` names every dimension, '(2, 6, 3)' when none."""
+    shape = tuple(int(n) for n in shape)
+    plain = str(shape) if len(shape) != 1 else f"({shape[0]},)"
+    letters = [_letter(n, sizes) for n in shape]
+    if not shape or not any(letters):
+        return plain
+    named = ", ".join(letter or str(n) for letter, n in zip(letters, shape, strict=True))
+    return f"{plain} = ({named}{',' if len(shape) == 1 else ''})"
+
+
+def _axis(k: int, axes: tuple[str, ...] | None) -> str:
+    """'axis 1 (T)' or 'axis 1'."""
+    if axes and 0 <= k < len(axes):
+        return f"axis {k} ({axes[k]})"
+    return f"axis {k}"
+
+
+def _indices(found: list[int], n: int, axis_letter: str | None) -> str:
+    """A set of positions along an axis of size n, in words: 'T ≥ 1', 'T = 5 (the last)', 'T in {0, 3}'."""
+    label = axis_letter or "index"
+    found = sorted(found)
+    if len(found) == 1:
+        i = found[0]
+        last = " (the last)" if i == n - 1 and n > 1 else ""
+        return f"{label} = {i}{last}"
+    if found == list(range(found[0], n)):
+        return f"{label} ≥ {found[0]}"
+    if found == list(range(0, found[-1] + 1)):
+        return f"{label} ≤ {found[-1]}"
+    if found == list(range(found[0], found[-1] + 1)):
+        return f"{found[0]} ≤ {label} ≤ {found[-1]}"
+    shown = ", ".join(map(str, found[:8])) + (", …" if len(found) > 8 else "")
+    return f"{label} in {{{shown}}}"
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+# ---------------------------------------------------------------------------------------------
+# explain_mismatch
+
+
+class _Case:
+    """What one comparison has to go on: the tensors in float64, tolerances, names of axes."""
+
+    def __init__(self, expected, got, atol, rtol, axes, sizes, again, alone, dtype):
+        self.expected, self.got = expected, got
+        self.atol, self.rtol = float(atol), float(rtol)
+        self.axes = tuple(axes) if axes is not None and len(axes) == expected.dim() else None
+        self.sizes = dict(sizes) if isinstance(sizes, dict) else None
+        self.again, self.alone = again, alone
+        self.dtype = dtype if isinstance(dtype, torch.dtype) else expected.dtype
+        self.e = expected.detach().double()
+        self.g = got.detach().double() if got.dtype != torch.bool else got.detach().double()
+
+    def close(self, a: torch.Tensor, b: torch.Tensor) -> bool:
+        """``a`` is within tolerance of ``b`` (b plays the reference), matching NaN and inf."""
+        return a.shape == b.shape and bool(
+            torch.isclose(a.double(), b.double(), atol=self.atol, rtol=self.rtol, equal_nan=True).all()
+        )
+
+    def letter(self, k: int) -> str | None:
+        return self.axes[k] if self.axes else None
+
+    def evidence(self) -> str:
+        return first_mismatch(self.e, self.g, self.atol, self.rtol)
 
 
 def explain_mismatch(
     expected: torch.Tensor,
-    got: torch.Tensor,
+    got: Any,
     *,
     what: str,
     atol: float,
     rtol: float,
     axes: tuple[str, ...] | None = None,
     sizes: dict[str, int] | None = None,
-    again: torch.Tensor | None = None,
-    alone: list[torch.Tensor] | None = None,
+    again: Any = None,
+    alone: Any = None,
+    dtype: torch.dtype | None = None,
 ) -> str:
-    """The message for an output that no catalogued mistake explains."""
-    return f"{what} differs from the reference. Evidence: {first_mismatch(expected, got, atol, rtol)}."
+    """The message for an output that no catalogued mistake explains (never raises).
+
+    ``axes`` names the output's axes by legend letter, ``sizes`` the case's sizes by letter;
+    ``again`` is the student's output on the same input a second time, ``alone`` the outputs for
+    each batch element (index of axis 0) run alone; ``dtype`` the dtype the output should have
+    (the input's: the reference often runs in float64 whatever the case's dtype). The message
+    starts with ``what`` and states only what the rules below established.
+    """
+    try:
+        return _explain(expected, got, what, atol, rtol, axes, sizes, again, alone, dtype)[1]
+    except Exception:  # noqa: BLE001 - a diagnosis must never hide the failure it explains
+        try:
+            return f"{what} differs from the reference. Evidence: {first_mismatch(expected, got, atol, rtol)}."
+        except Exception:  # noqa: BLE001
+            return f"{what} differs from the reference."
+
+
+def diagnose(expected, got, *, what, atol, rtol, axes=None, sizes=None, again=None, alone=None,
+             dtype=None) -> tuple[str, str]:
+    """``(rule, message)``: ``explain_mismatch``'s message and the name of the rule that
+    established it ('generic' when none did, 'not_a_tensor', 'rule_shape', 'rule_localised'...)."""
+    try:
+        return _explain(expected, got, what, atol, rtol, axes, sizes, again, alone, dtype)
+    except Exception:  # noqa: BLE001
+        return "generic", explain_mismatch(expected, got, what=what, atol=atol, rtol=rtol)
+
+
+def _explain(expected, got, what, atol, rtol, axes, sizes, again, alone, dtype) -> tuple[str, str]:
+    if not isinstance(got, torch.Tensor):
+        kind = getattr(got, "what", None) or type(got).__name__
+        return "not_a_tensor", f"{what} should return a tensor of shape {tuple(expected.shape)}; it returned a {kind}."
+    case = _Case(expected, got, atol, rtol, axes, sizes, again, alone, dtype)
+    for rule in RULES:
+        try:
+            found = rule(case)
+        except Exception:  # noqa: BLE001 - a rule that cannot run establishes nothing
+            found = None
+        if found:
+            note = getattr(case, "alone_note", "") if rule is rule_localised else ""
+            if note and " Evidence:" in found:
+                before, after = found.split(" Evidence:", 1)
+                found = f"{before} {note} Evidence:{after}"
+            return rule.__name__, f"{what}: {found}"
+    note = getattr(case, "alone_note", "")
+    note = f" {note}" if note else ""
+    return "generic", f"{what} differs from the reference.{note} Evidence: {case.evidence()}."
+
+
+# Each rule takes a _Case and returns "cause. Evidence: ...." or None (nothing established).
+
+
+def rule_shape(c: _Case) -> str | None:
+    """A wrong shape: which axis, named by the legend; a missing or extra axis; swapped axes."""
+    exp_shape, got_shape = tuple(c.expected.shape), tuple(c.got.shape)
+    if exp_shape == got_shape:
+        return None
+    sizes = c.sizes
+    shapes = f"Evidence: expected shape {legend_shape(exp_shape, sizes)}, got {legend_shape(got_shape, sizes)}."
+    if len(exp_shape) == len(got_shape):
+        if sorted(exp_shape) == sorted(got_shape):
+            return _swapped_axes(c, exp_shape, got_shape, shapes)
+        parts = []
+        for k, (want, have) in enumerate(zip(exp_shape, got_shape, strict=True)):
+            if want == have:
+                continue
+            is_letter = _letter(have, sizes)
+            want_letter = (c.letter(k) if c.letter(k) and c.letter(k) in (sizes or {}) else None) or _letter(want, sizes)
+            which = f", which is {_name(is_letter)}" if is_letter else ""
+            wanted = f"{want_letter} = {want}" if want_letter else f"size {want}"
+            parts.append(f"axis {k} has size {have}{which}; {wanted} was expected there")
+        hint = ""
+        if c.got.numel() == c.expected.numel() and c.close(c.g, c.e.reshape(got_shape)):
+            hint = " The entries are the right ones in the right order: only the final reshape/view is wrong."
+        return f"the output has the wrong shape: {'; '.join(parts)}.{hint} {shapes}"
+    if len(got_shape) == len(exp_shape) - 1:
+        for k in range(len(exp_shape)):
+            if exp_shape[:k] + exp_shape[k + 1:] == got_shape:
+                if exp_shape[k] == 1:
+                    return (
+                        f"axis {k} of size 1 is missing from the output: a dimension that should be kept "
+                        "was dropped (keepdim=True left out, or a squeeze). " + shapes
+                    )
+                letter = c.letter(k) or _letter(exp_shape[k], sizes)
+                named = f" ({_name(letter)}, size {exp_shape[k]})" if letter else f" (size {exp_shape[k]})"
+                return (
+                    f"{_axis(k, None)}{named} is missing from the output: something summed, averaged, "
+                    "indexed or squeezed it away. " + shapes
+                )
+    if len(got_shape) == len(exp_shape) + 1:
+        for k in range(len(got_shape)):
+            if got_shape[:k] + got_shape[k + 1:] == exp_shape:
+                if got_shape[k] == 1:
+                    return (
+                        f"the output has an extra axis of size 1 at position {k}: a keepdim=True where the "
+                        "dimension should be dropped, an unsqueeze, or a None index. " + shapes
+                    )
+                letter = _letter(got_shape[k], sizes)
+                named = f" of size {got_shape[k]}" + (f", which is {_name(letter)}" if letter else "")
+                return f"the output has an extra axis{named} at position {k}. " + shapes
+    if c.got.numel() == c.expected.numel():
+        same_order = c.close(c.g.reshape(-1), c.e.reshape(-1))
+        tail = (
+            " The entries are the right ones in the right order: only the final reshape/view is wrong."
+            if same_order else " It has as many entries as expected, but not the same shape."
+        )
+        return f"the output has {len(got_shape)} axes, {len(exp_shape)} were expected.{tail} {shapes}"
+    return f"the output has {len(got_shape)} axes, {len(exp_shape)} were expected. {shapes}"
+
+
+def _swapped_axes(c: _Case, exp_shape, got_shape, shapes: str) -> str:
+    # every way to read got's axes as a reordering of expected's
+    n = len(exp_shape)
+    perms = [p for p in itertools.permutations(range(n)) if all(got_shape[i] == exp_shape[p[i]] for i in range(n))]
+    moved = [i for i in range(n) if got_shape[i] != exp_shape[i]]
+    names = [(c.letter(i) or _letter(exp_shape[i], c.sizes) or str(exp_shape[i])) for i in range(n)]
+    for p in perms[:200]:
+        if c.close(c.g, c.e.permute(*p)):
+            order = ", ".join(names[i] for i in p)
+            return (
+                f"the axes are in the wrong order: the output is exactly the expected one with its axes "
+                f"permuted to ({order}), a transpose/permute too many or one missing (not a data "
+                f"problem). {shapes}"
+            )
+    if c.close(c.g, c.e.reshape(got_shape)):
+        return (
+            "the output holds the right entries in the right memory order, re-cut into the wrong shape: "
+            "a view/reshape was used where a transpose (permute) was needed to move the axes. " + shapes
+        )
+    swapped = " and ".join(f"axis {i}" for i in moved)
+    return f"{swapped} have swapped sizes (the values differ as well, not just the order of axes). {shapes}"
+
+
+def rule_dtype(c: _Case) -> str | None:
+    want, have = c.dtype, c.got.dtype
+    if want == have:
+        return None
+    name = str(have).replace("torch.", "")
+    wanted = str(want).replace("torch.", "")
+    if have == torch.bool:
+        return (
+            f"the output is a bool tensor where {wanted} was expected: a comparison (==, <, >) was "
+            "returned instead of the values. " + f"Evidence: dtype {name}, shape {tuple(c.got.shape)}."
+        )
+    if not have.is_floating_point and want.is_floating_point:
+        return (
+            f"the output is an integer tensor ({name}) where {wanted} was expected: an integer "
+            "division (//), torch.arange/torch.tensor of whole numbers without dtype=, or .long() "
+            f"turned the values into integers. Evidence: dtype {name}."
+        )
+    if have.is_floating_point and want.is_floating_point:
+        agree = ""
+        tol = 1e-4 if torch.finfo(have).eps > torch.finfo(want).eps else c.atol
+        if c.got.shape == c.expected.shape and bool(
+            torch.isclose(c.g, c.e, atol=tol, rtol=tol, equal_nan=True).all()
+        ):
+            agree = f" The values themselves agree to {name} precision."
+        elif c.got.shape == c.expected.shape:
+            agree = f" The values differ as well: {c.evidence()}."
+        if torch.finfo(have).eps > torch.finfo(want).eps:
+            reason = (
+                f"precision was lost on the way: a {name} tensor was created without dtype= "
+                "(torch.ones, torch.zeros, torch.tensor, torch.arange default to float32) and the "
+                "result written into it, or a .float() call converted it; create new tensors with "
+                "dtype=x.dtype"
+            )
+        else:
+            reason = f"something converted the result to {name} (a .double() call, or a tensor created as {name})"
+        return f"the output is {name} for a {wanted} input: {reason}. Evidence: dtype {name}, expected {wanted}.{agree}"
+    return f"the output's dtype is {name}, {wanted} was expected. Evidence: dtype {name}."
+
+
+def _where(mask: torch.Tensor, c: _Case, with_rest: bool = False) -> str:
+    """Which positions along each axis a boolean mask touches, in words (only the axes where it
+    touches some positions and not others): 'along axis 1 (T) only T ≥ 1 (T = 0 is not)'."""
+    parts = []
+    for k in range(mask.dim()):
+        n = mask.shape[k]
+        if n <= 1:
+            continue
+        hit = mask.movedim(k, 0).reshape(n, -1).any(dim=1)
+        found = [int(i) for i in hit.nonzero().flatten()]
+        if 0 < len(found) < n:
+            letter = c.letter(k)
+            text = f"along {_axis(k, c.axes)} only {_indices(found, n, letter)}"
+            if with_rest:
+                rest = [i for i in range(n) if i not in found]
+                text += f" ({_indices(rest, n, letter)} is right)"
+            parts.append(text)
+    return "; ".join(parts)
+
+
+def rule_nonfinite(c: _Case) -> str | None:
+    e, g = c.e, c.g
+    bad = ~torch.isfinite(g) & torch.isfinite(e)
+    if bad.any():
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        kind = "NaN" if torch.isnan(g[first]) else "infinite"
+        nans, infs = int(torch.isnan(g)[bad].sum()), int(torch.isinf(g)[bad].sum())
+        where = _where(bad, c)
+        spread = f" ({where})" if where else ""
+        counts = ", ".join(x for x in (f"{nans} NaN" if nans else "", f"{infs} inf" if infs else "") if x)
+        return (
+            f"the output has {kind} values where the reference is finite{spread}. Evidence: "
+            f"{counts} of {g.numel()} entries; the first at index {first}, where {_num(e[first].item())} "
+            "was expected."
+        )
+    missing = torch.isfinite(g) & ~torch.isfinite(e)
+    if missing.any():
+        first = tuple(int(i) for i in missing.nonzero()[0])
+        where = _where(missing, c)
+        spread = f" ({where})" if where else ""
+        return (
+            f"the output is finite where the reference is {_num(e[first].item())}{spread}. Evidence: "
+            f"{int(missing.sum())} entries; the first at index {first}: expected {_num(e[first].item())}, "
+            f"got {_num(g[first].item())}."
+        )
+    return None
+
+
+def rule_determinism(c: _Case) -> str | None:
+    again = c.again
+    if not isinstance(again, torch.Tensor) or again.shape != c.got.shape:
+        return None
+    a = again.detach().double()
+    if bool(torch.isclose(a, c.g, atol=c.atol, rtol=c.rtol, equal_nan=True).all()):
+        return None
+    return (
+        "called twice on the very same input, it returned two different outputs, so the function is "
+        "not deterministic: dropout left in training mode, random numbers drawn (torch.randn, "
+        "torch.rand…) without the generator you were given, or state kept from one call to the next. "
+        "Make it deterministic first; the values cannot be judged until then. Evidence: first call vs "
+        f"second call: {first_mismatch(c.g, a, c.atol, c.rtol)}."
+    )
+
+
+def _alone_outputs(c: _Case) -> list[torch.Tensor] | None:
+    alone = c.alone
+    if not isinstance(alone, list) or c.expected.dim() == 0 or len(alone) != c.expected.shape[0]:
+        return None
+    row = tuple(c.expected.shape[1:])
+    outs = []
+    for out in alone:
+        if not isinstance(out, torch.Tensor):
+            return None
+        if tuple(out.shape) == (1, *row):
+            out = out[0]
+        if tuple(out.shape) != row:
+            return None
+        outs.append(out.detach().double())
+    return outs
+
+
+def rule_batch(c: _Case) -> str | None:
+    outs = _alone_outputs(c)
+    if outs is None:
+        return None
+    B = len(outs)
+    right = [c.close(outs[b], c.e[b]) for b in range(B)]
+    batched_right = [c.close(c.g[b], c.e[b]) for b in range(B)]
+    name = c.letter(0) or "B"
+    if all(right) and not all(batched_right):
+        wrong = [b for b in range(B) if not batched_right[b]]
+        b = wrong[0]
+        return (
+            f"each batch element run alone gives the right output, but run together they do not "
+            f"(element{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))} of {B}): the batch "
+            f"elements are mixed, by an operation over axis 0 ({name}), a reshape/view that crosses the "
+            "batch, or a mean/sum over the wrong axis (one that includes the batch). Evidence: element "
+            f"{b} run alone matches; in the batch, {first_mismatch(c.e[b], c.g[b], c.atol, c.rtol)}."
+        )
+    if not all(right):
+        b = right.index(False)
+        c.alone_note = (
+            f"This is not a batching problem: batch element {b} run alone (a batch of one) is "
+            "already wrong."
+        )
+    return None
+
+
+_FACTOR_NAMES: list[tuple[str, Callable[[float], float]]] = [
+    ("sqrt({k})", math.sqrt),
+    ("1/sqrt({k})", lambda s: 1 / math.sqrt(s)),
+    ("{k}", float),
+    ("1/{k}", lambda s: 1 / s),
+]
+
+
+def _name_factor(factor: float, sizes: dict[str, int] | None) -> tuple[str, str] | None:
+    """(expression, likely reason) when ``factor`` equals an expression of the sizes within 1e-3."""
+    candidates = [("-1", -1.0), ("2", 2.0), ("1/2", 0.5)]
+    for letter, s in (sizes or {}).items():
+        if isinstance(s, int) and s > 1:
+            for pattern, fn in _FACTOR_NAMES:
+                candidates.append((pattern.format(k=letter), fn(s)))
+    found = [(expr, v) for expr, v in candidates if abs(factor - v) <= 1e-3 * abs(v)]
+    if not found:
+        return None
+    expr, v = found[0]
+    if expr == "-1":
+        return expr, "the sign is flipped (a subtraction the wrong way round, or a stray minus)"
+    if expr.startswith("1/"):
+        base = expr[2:]
+        return expr, (
+            f"the output is divided by {base} once too often (or a multiplication by {base} is "
+            "missing)"
+        )
+    return expr, f"the output is missing a division by {expr} (or has an extra multiplication by it)"
+
+
+def rule_factor(c: _Case) -> str | None:
+    e, g = c.e, c.g
+    if not (torch.isfinite(e).all() and torch.isfinite(g).all()):
+        return None
+    ee = float((e * e).sum())
+    if ee == 0:
+        return None
+    factor = float((e * g).sum()) / ee
+    if abs(factor - 1) > 1e-9 and c.close(g, factor * e) and not c.close(g, e):
+        named = _name_factor(factor, c.sizes)
+        if named and named[0] == "-1":
+            return (
+                "the output is the reference with its sign flipped (got = -expected everywhere): a "
+                f"subtraction the wrong way round, or a stray minus. Evidence: {c.evidence()}."
+            )
+        if named:
+            expr, reason = named
+            return (
+                f"the output is off by a constant factor {expr} = {_num(factor)} everywhere "
+                f"(got = {expr} × expected): {reason}. Evidence: {c.evidence()}."
+            )
+        return (
+            f"the output is off by a constant factor {_num(factor)} everywhere (got = {_num(factor)} × "
+            f"expected), a factor that matches none of the case's sizes. Evidence: {c.evidence()}."
+        )
+    offset = float((g - e).mean())
+    if offset != 0 and c.close(g, e + offset) and not c.close(g, e):
+        return (
+            f"the output is the reference shifted by a constant {_num(offset)} everywhere (got = expected "
+            f"+ {_num(offset)}): a term added to every entry, or one left out. Evidence: {c.evidence()}."
+        )
+    return None
+
+
+def rule_normalised_axis(c: _Case) -> str | None:
+    """Softmax-like outputs: the reference's entries sum to 1 along one axis, the student's along another."""
+    e, g = c.e, c.g
+    if e.dim() < 2 or not (torch.isfinite(e).all() and torch.isfinite(g).all()) or (e < -1e-12).any():
+        return None
+
+    def sums_to_one(t, k):
+        return bool(((t.sum(dim=k) - 1).abs() <= 1e-6 + c.atol).all())
+
+    mine = [k for k in range(e.dim()) if sums_to_one(e, k) and e.shape[k] > 1]
+    theirs = [k for k in range(g.dim()) if sums_to_one(g, k) and g.shape[k] > 1]
+    if len(mine) != 1 or not theirs or mine[0] in theirs:
+        return None
+    k, j = mine[0], theirs[0]
+    return (
+        f"the output is normalised along {_axis(j, c.axes)} instead of {_axis(k, c.axes)}: its entries "
+        f"sum to 1 along {_axis(j, c.axes)}, the reference's along {_axis(k, c.axes)} (a softmax or a "
+        f"division by a sum over the wrong dim). Evidence: sums along {_axis(k, c.axes)} are "
+        f"{_short(g.sum(dim=k))}, expected all 1."
+    )
+
+
+def _short(t: torch.Tensor) -> str:
+    flat = t.reshape(-1)[:5].tolist()
+    return "[" + ", ".join(_num(v) for v in flat) + (", …]" if t.numel() > 5 else "]")
+
+
+def rule_slice_factors(c: _Case) -> str | None:
+    e, g = c.e, c.g
+    if e.dim() < 1 or not (torch.isfinite(e).all() and torch.isfinite(g).all()):
+        return None
+    for k in range(e.dim()):
+        n = e.shape[k]
+        if n < 2:
+            continue
+        em, gm = e.movedim(k, 0).reshape(n, -1), g.movedim(k, 0).reshape(n, -1)
+        if em.shape[1] < 2:
+            continue
+        den = (em * em).sum(dim=1)
+        if (den == 0).any():
+            continue
+        factors = (em * gm).sum(dim=1) / den  # (n,)
+        if not c.close(gm, factors[:, None] * em):
+            continue
+        spread = float(factors.max() - factors.min())
+        if spread <= 1e-6 * max(1.0, float(factors.abs().max())):
+            continue  # one factor for all: rule_factor's business
+        letter = c.letter(k)
+        shown = ", ".join(f"{_num(v)}" for v in factors[:6].tolist()) + (", …" if n > 6 else "")
+        return (
+            f"each slice along {_axis(k, c.axes)} is the reference times its own factor ({shown} for "
+            f"{letter or 'index'} = 0, 1, …): the shape of each slice is right but its scale is not, "
+            "which is what a normalisation (a division by a norm, a std or a sum) that is missing or "
+            f"computed over the wrong axis does. Evidence: {c.evidence()}."
+        )
+    return None
+
+
+def rule_fibre_factors(c: _Case) -> str | None:
+    """Each vector along one axis (all other indices fixed) is the reference's times its own factor."""
+    e, g = c.e, c.g
+    if e.dim() < 2 or not (torch.isfinite(e).all() and torch.isfinite(g).all()):
+        return None
+    for k in reversed(range(e.dim())):
+        n = e.shape[k]
+        em, gm = e.movedim(k, -1).reshape(-1, n), g.movedim(k, -1).reshape(-1, n)
+        if n < 2 or em.shape[0] < 2:
+            continue
+        den = (em * em).sum(dim=1)
+        if (den == 0).any():
+            continue
+        factors = (em * gm).sum(dim=1) / den
+        if not c.close(gm, factors[:, None] * em):
+            continue
+        if float(factors.max() - factors.min()) <= 1e-6 * max(1.0, float(factors.abs().max())):
+            continue
+        others = [c.letter(i) or f"axis {i}" for i in range(e.dim()) if i != k]
+        shown = ", ".join(_num(v) for v in factors[:6].tolist()) + (", …" if factors.numel() > 6 else "")
+        return (
+            f"each vector along {_axis(k, c.axes)} (one per ({', '.join(others)}) index) is the reference's "
+            f"times its own factor ({shown}): the direction of each vector is right but its scale is not, "
+            f"which is what a normalisation (a division by a norm, a std or a sum) computed over other "
+            f"entries than the {n} along {_axis(k, c.axes)} does. Evidence: {c.evidence()}."
+        )
+    return None
+
+
+def rule_slice_offsets(c: _Case) -> str | None:
+    e, g = c.e, c.g
+    if e.dim() < 1 or not (torch.isfinite(e).all() and torch.isfinite(g).all()):
+        return None
+    for k in range(e.dim()):
+        n = e.shape[k]
+        if n < 2:
+            continue
+        em, gm = e.movedim(k, 0).reshape(n, -1), g.movedim(k, 0).reshape(n, -1)
+        if em.shape[1] < 2:
+            continue
+        offsets = (gm - em).mean(dim=1)  # (n,)
+        if not c.close(gm, em + offsets[:, None]):
+            continue
+        if float(offsets.max() - offsets.min()) <= 1e-6 * max(1.0, float(offsets.abs().max())):
+            continue  # one offset for all: rule_factor's business
+        letter = c.letter(k)
+        shown = ", ".join(_num(v) for v in offsets[:6].tolist()) + (", …" if n > 6 else "")
+        return (
+            f"each slice along {_axis(k, c.axes)} is the reference plus its own constant ({shown} for "
+            f"{letter or 'index'} = 0, 1, …): a term that depends only on the position along "
+            f"{_axis(k, c.axes)} (a bias, an offset per {letter or 'index'}) is wrong or missing. "
+            f"Evidence: {c.evidence()}."
+        )
+    return None
+
+
+def rule_transposed(c: _Case) -> str | None:
+    e, g = c.e, c.g
+    if e.dim() < 2 or e.shape[-1] != e.shape[-2] or e.shape[-1] < 2:
+        return None
+    t = e.transpose(-1, -2)
+    if c.close(g, t) and not c.close(t, e):
+        names = ""
+        if c.axes:
+            names = f" ({c.axes[-2]}, {c.axes[-1]})"
+        return (
+            f"the output is the reference with its last two axes{names} transposed: the two indices "
+            f"of a square matrix are swapped (rows for columns). Evidence: {c.evidence()}."
+        )
+    return None
+
+
+def rule_permuted(c: _Case) -> str | None:
+    e, g = c.e, c.g
+    for k in range(e.dim()):
+        n = e.shape[k]
+        if n < 2:
+            continue
+        em, gm = e.movedim(k, 0).reshape(n, -1), g.movedim(k, 0).reshape(n, -1)
+        perm = []
+        for i in range(n):
+            match = [j for j in range(n) if c.close(gm[i], em[j])]
+            if not match:
+                break
+            perm.append(match[0] if match[0] not in perm else next((j for j in match if j not in perm), match[0]))
+        if len(perm) != n or sorted(perm) != list(range(n)) or perm == list(range(n)):
+            continue
+        if c.close(gm, em[perm]) and not c.close(gm, em):
+            letter = c.letter(k) or "index"
+            reversed_ = perm == list(range(n - 1, -1, -1))
+            how = "reversed" if reversed_ else "reordered"
+            return (
+                f"the slices along {_axis(k, c.axes)} are right but {how}: output {letter} = i holds the "
+                f"reference's {letter} = perm[i], with perm = {perm}. Evidence: {c.evidence()}."
+            )
+    return None
+
+
+def rule_scrambled(c: _Case) -> str | None:
+    """Same shape, but the data is the reference transposed and re-cut (a view/transpose mix-up)."""
+    e, g = c.e, c.g
+    shape = tuple(e.shape)
+    for i, j in itertools.combinations(range(e.dim()), 2):
+        if shape[i] == shape[j]:
+            continue
+        swapped = list(shape)
+        swapped[i], swapped[j] = swapped[j], swapped[i]
+        recut = e.transpose(i, j).reshape(shape)  # transposed, then viewed back: the order changed
+        uncut = e.reshape(swapped).transpose(i, j)  # viewed as swapped, then transposed back
+        for candidate, how in (
+            (recut, "transposed then reshaped back to the expected shape: a transpose where a "
+                    "view/reshape alone was needed"),
+            (uncut, "reshaped to the swapped shape then transposed: a view/reshape where a "
+                    "transpose was needed"),
+        ):
+            if c.close(g, candidate) and not c.close(candidate, e):
+                return (
+                    f"the output holds the right numbers in a scrambled order, the reference's entries "
+                    f"{how} ({_axis(i, c.axes)} and {_axis(j, c.axes)}). Evidence: {c.evidence()}."
+                )
+    return None
+
+
+def rule_shifted(c: _Case) -> str | None:
+    e, g = c.e, c.g
+    for k in range(e.dim()):
+        n = e.shape[k]
+        if n < 3:
+            continue
+        for s in sorted(range(-(n - 2), n - 1), key=abs):
+            if s == 0:
+                continue
+            # got[..., i] == expected[..., i + s] where i + s is inside the axis
+            lo, hi = max(0, -s), min(n, n - s)
+            if hi - lo < max(2, n // 2):
+                continue
+            gs, es = g.narrow(k, lo, hi - lo), e.narrow(k, lo + s, hi - lo)
+            if c.close(gs, es) and not c.close(gs, e.narrow(k, lo, hi - lo)):
+                letter = c.letter(k) or "i"
+                sign = f"+ {s}" if s > 0 else f"- {-s}"
+                return (
+                    f"the output is shifted by {s:+d} along {_axis(k, c.axes)}: output {letter} = i holds the "
+                    f"reference's {letter} = i {sign} (checked for every i where both exist), an "
+                    f"off-by-{abs(s)} in positions or indices. Evidence: {c.evidence()}."
+                )
+    return None
+
+
+def rule_localised(c: _Case) -> str | None:
+    bad = ~torch.isclose(c.g, c.e, atol=c.atol, rtol=c.rtol, equal_nan=True)
+    if not bad.any():
+        return None
+    if bad.all():
+        return (
+            "every entry of the output is wrong (no position along any axis is right). "
+            f"Evidence: {c.evidence()}."
+        )
+    where = _where(bad, c, with_rest=True)
+    if not where:
+        return None
+    return f"only part of the output is wrong: {where}. Evidence: {c.evidence()}."
+
+
+def _correct(c: _Case) -> str | None:
+    if c.close(c.g, c.e) and c.got.dtype == c.dtype:
+        return "it matches the reference within tolerance (nothing to explain). Evidence: no mismatch."
+    return None
+
+
+RULES: list[Callable[[_Case], str | None]] = [
+    rule_shape,
+    rule_dtype,
+    rule_nonfinite,
+    rule_determinism,
+    _correct,
+    rule_batch,
+    rule_factor,
+    rule_transposed,  # an exact match of the data, before the properties a transpose also has
+    rule_normalised_axis,
+    rule_slice_factors,
+    rule_fibre_factors,
+    rule_slice_offsets,
+    rule_permuted,
+    rule_scrambled,
+    rule_shifted,
+    rule_localised,
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# explain_exception
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(os.path.dirname(_HERE))
+_NOT_STUDENT = tuple(
+    os.path.join(p, "") for p in {
+        os.path.join(_REPO, "helpers"),
+        os.path.join(_REPO, "autograder"),
+        os.path.dirname(os.path.abspath(torch.__file__)),
+        *(sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+    } if p
+)
+
+
+def _is_student(filename: str) -> bool:
+    if not filename:
+        return False
+    if filename == "<cell>" or filename.startswith("<ipython-input-"):
+        return True
+    if filename.startswith("<"):  # <frozen ...>, <string>, <stdin>: not a notebook cell
+        return False
+    if re.search(r"ipykernel_\d+[/\\]\d+\.py$", filename):
+        return True
+    path = os.path.abspath(filename)
+    if "site-packages" in path or "dist-packages" in path:
+        return False
+    return not path.startswith(_NOT_STUDENT)
+
+
+_STACK: list[dict[str, int]] = []
+
+
+@contextmanager
+def case_sizes(sizes: dict[str, int]):
+    """Probe side: while active, an error raised inside is explained with these sizes (the legend
+    of the case that was running). The sizes ride on the exception itself."""
+    _STACK.append(dict(sizes))
+    try:
+        yield
+    except Exception as exc:
+        try:
+            if getattr(exc, "course_sizes", None) is None:
+                exc.course_sizes = dict(sizes)
+        except Exception:  # noqa: BLE001 - exceptions that refuse attributes just go without
+            pass
+        raise
+    finally:
+        _STACK.pop()
+
+
+def _cell_source(frame) -> list[str] | None:
+    """The source lines of a cell the grader compiled as '<cell>' (not in linecache): found by
+    recompiling the cells of the grading job until one holds this frame's code."""
+    code = frame.f_code
+    payload = None
+    probe = sys._getframe()
+    while probe is not None:
+        if probe.f_code.co_name == "main" and probe.f_code.co_filename.endswith(os.path.join("autograder", "child.py")):
+            payload = probe.f_locals.get("payload")
+            break
+        probe = probe.f_back
+    if not isinstance(payload, (list, tuple)):
+        return None
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        transform = TransformerManager().transform_cell
+    except Exception:  # noqa: BLE001
+        def transform(s):
+            return s
+    for step in payload:
+        try:
+            source = transform(step[2])
+            compiled = compile(source, "<cell>", "exec")
+        except Exception:  # noqa: BLE001
+            continue
+        todo = [compiled]
+        while todo:
+            obj = todo.pop()
+            if (
+                obj.co_name == code.co_name and obj.co_firstlineno == code.co_firstlineno
+                and obj.co_code == code.co_code
+            ):
+                return source.splitlines()
+            todo.extend(const for const in obj.co_consts if hasattr(const, "co_code"))
+    return None
+
+
+def _source_line(frame, lineno: int) -> str:
+    filename = frame.f_code.co_filename
+    line = linecache.getline(filename, lineno, frame.f_globals)
+    if not line and filename == "<cell>":
+        lines = _cell_source(frame)
+        if lines and 0 < lineno <= len(lines):
+            line = lines[lineno - 1]
+    return line.strip()
+
+
+def _chains(line: str) -> list[str]:
+    """Names and attribute chains on a line of code, in order: 'x', 'self.query.weight'."""
+    try:
+        tree = ast.parse(line.strip().rstrip(":").removeprefix("return ").removeprefix("elif ").removeprefix("if "), mode="exec")
+    except SyntaxError:
+        try:
+            tree = ast.parse(line.strip().rstrip(":").split("=", 1)[-1], mode="exec")
+        except SyntaxError:
+            return list(dict.fromkeys(re.findall(r"[A-Za-z_][\w.]*", line)))
+    found = []
+
+    def chain(node):
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name):
+            return ".".join([node.id, *reversed(parts)])
+        return None
+
+    for node in ast.walk(tree):
+        # only what the line reads: an assignment's target has no value yet (a global of the
+        # same name would be another tensor altogether)
+        if isinstance(node, (ast.Attribute, ast.Name)) and isinstance(node.ctx, ast.Load):
+            name = chain(node)
+            if name:
+                found.append(name)
+    # the longest chains first is not useful to read; keep source order by position
+    found.sort(key=lambda n: line.find(n) if line.find(n) >= 0 else len(line))
+    return list(dict.fromkeys(found))
+
+
+_MISSING = object()
+
+
+def _lookup(name: str, frame) -> Any:
+    """The value of a name or attribute chain in a frame, without running properties' code."""
+    first, *rest = name.split(".")
+    value = frame.f_locals.get(first, _MISSING)
+    if value is _MISSING:
+        value = frame.f_globals.get(first, _MISSING)
+    for attr in rest:
+        if value is _MISSING:
+            return _MISSING
+        value = _attribute(value, attr)
+    return value
+
+
+def _attribute(obj: Any, attr: str) -> Any:
+    if isinstance(obj, torch.nn.Module):
+        for store in ("_parameters", "_buffers", "_modules"):
+            found = obj.__dict__.get(store, {})
+            if attr in found:
+                return found[attr]
+    if isinstance(obj, torch.Tensor):
+        if attr in ("T", "mT", "grad", "data"):
+            try:
+                return getattr(obj, attr)
+            except Exception:  # noqa: BLE001
+                return _MISSING
+        return _MISSING
+    try:
+        return vars(obj).get(attr, _MISSING)
+    except TypeError:
+        return _MISSING
+
+
+def _describe_value(name: str, value: Any, sizes) -> str | None:
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).replace("torch.", "")
+        device = "" if value.device.type == "cpu" else f" on {value.device}"
+        return f"{name}: {dtype} {legend_shape(tuple(value.shape), sizes)}{device}"
+    if isinstance(value, torch.nn.Linear):
+        return f"{name}: nn.Linear(in_features={value.in_features}, out_features={value.out_features}) (weight {tuple(value.weight.shape)})"
+    if isinstance(value, torch.nn.Embedding):
+        return f"{name}: nn.Embedding({value.num_embeddings}, {value.embedding_dim})"
+    if isinstance(value, torch.Size):
+        return f"{name}: torch.Size({legend_shape(tuple(value), sizes)})"
+    return None
+
+
+def _meaning(exc: BaseException, sizes, values=()) -> str | None:
+    """What PyTorch's (or Python's) message says should have matched, in the course's words;
+    ``values``: (name, value) of what the failing line names."""
+    text = str(exc)
+
+    def n(size) -> str:
+        letter = _letter(int(size), sizes)
+        return f"{size} ({letter})" if letter else str(size)
+
+    m = re.search(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", text)
+    if m:
+        a, b, c, d = m.groups()
+        return (
+            f"A matrix product (@, torch.matmul or an nn.Linear) needs the left factor's last axis to equal "
+            f"the right factor's first: here the left factor (flattened to {a}x{b}) ends in {n(b)}, the "
+            f"right one ({c}x{d}) starts with {n(c)}. For an nn.Linear, the right factor is the weight "
+            f"transposed: the layer expects inputs whose last axis has size {n(c)}, and got {n(b)}."
+        )
+    m = re.search(
+        r"Expected size for first two dimensions of batch2 tensor to be: \[(\d+), (\d+)\] but got: \[(\d+), (\d+)\]", text
+    )
+    if m:
+        b1, k1, b2, k2 = m.groups()
+        if k1 != k2:
+            return (
+                f"In a batched matrix product a @ b, b's second-to-last axis must have the size of a's last "
+                f"axis: a ends in {n(k1)}, b's second-to-last axis has {n(k2)}."
+            )
+        return f"In a batched matrix product a @ b, the batch sizes differ: {n(b1)} and {n(b2)}."
+    m = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)", text)
+    if m:
+        a, b, k = m.groups()
+        return (
+            f"An elementwise operation (+, -, *, /, masked_fill, where…) lines two tensors up from their "
+            f"last axis: at dimension {k} of the broadcast shape one has size {n(a)}, the other {n(b)}; "
+            "they must be equal, or one of them 1."
+        )
+    m = re.search(r"expected scalar type (\w+) but found (\w+)", text) or re.search(
+        r"expected (?:m1 and m2|mat1 and mat2|both vectors|self and \w+) to have the same dtype, but got:? (\w+) != (\w+)", text
+    ) or re.search(r"[Ff]ound dtype (\w+) but expected (\w+)", text)
+    if m:
+        a, b = m.groups()
+        return (
+            f"Two tensors of different dtypes ({a} and {b}) met in one operation. A tensor created without "
+            "dtype= is float32 (torch.ones, torch.zeros, torch.tensor, torch.arange of floats) or int64 "
+            "(of whole numbers); create new tensors with dtype=x.dtype so that they match the input."
+        )
+    m = re.search(r"Dimension out of range \(expected to be in range of \[(-?\d+), (-?\d+)\], but got (-?\d+)\)", text)
+    if m:
+        lo, hi, got = (int(v) for v in m.groups())
+        ndim = hi + 1
+        return (
+            f"dim={got} does not exist: the tensor has only {ndim} ax{'is' if ndim == 1 else 'es'} (valid "
+            f"dims {lo} to {hi}). The tensor has fewer axes than the code assumes (an unbatched input, "
+            "or an axis summed away earlier)."
+        )
+    m = re.search(r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)", text)
+    if m:
+        dims, total = m.groups()
+        return (
+            f"A view/reshape to [{dims}] cannot hold the {total} entries the tensor has: the sizes asked for "
+            "must multiply to the tensor's number of entries (check which sizes you split or merged)."
+        )
+    if "view size is not compatible with input tensor's size and stride" in text:
+        return (
+            "After a transpose/permute the tensor's entries are no longer in row order in memory, and "
+            ".view cannot re-cut it: use .reshape(...), or call .contiguous() before .view(...)."
+        )
+    if "Expected all tensors to be on the same device" in text:
+        return (
+            "Two tensors on different devices met in one operation: create new tensors with "
+            "device=x.device (and move modules with .to(device))."
+        )
+    if "index out of range in self" in text:
+        vocab = f" (V = {sizes['V']})" if sizes and "V" in sizes else ""
+        seen = []
+        for name, value in values:
+            if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and value.numel():
+                seen.append(f"the largest index in {name} is {int(value.max())}")
+            elif isinstance(value, torch.nn.Embedding):
+                seen.append(f"{name} has {value.num_embeddings} rows")
+        found = f" Here {', '.join(seen)}." if seen else ""
+        return (
+            "An embedding lookup (or index_select) got an index at least as large as its number of rows: "
+            f"token ids must lie in 0 … V - 1{vocab}, and positions in 0 … (context length) - 1.{found}"
+        )
+    m = re.search(r"not enough values to unpack \(expected (\d+), got (\d+)\)", text) or re.search(
+        r"too many values to unpack \(expected (\d+)(?:, got (\d+))?\)", text
+    )
+    if m:
+        want, got = m.groups()
+        return (
+            f"The line unpacks {want} values from something that has {got or 'more'}: for `B, T, C = x.shape`, "
+            "the tensor has a different number of axes than the names on the left (an unbatched input "
+            "(T, C) has 2). Use x.shape[-1], x.shape[-2], … to read sizes from the end."
+        )
+    return None
+
+
+def _plain(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def explain_parts(exc: BaseException, sizes=None, axes_of=None) -> list[str]:
+    """The lines of the explanation (without PyTorch's own message): may be empty."""
+    sizes = getattr(exc, "course_sizes", None) or sizes
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    lines: list[str] = []
+    values: list[tuple[str, Any]] = []
+    mine = [(f, ln) for f, ln in frames if _is_student(f.f_code.co_filename)]
+    if mine:
+        frame, lineno = mine[-1]
+        source = _source_line(frame, lineno)
+        where = frame.f_code.co_name
+        where = "in your cell" if where == "<module>" else f"in {where}"
+        raised_here = frame is frames[-1][0]
+        how = "raised" if raised_here else "failed inside a call"
+        lines.append(
+            f"{type(exc).__name__} {where}, line {lineno}: {how}"
+            + (f" at `{source[:200]}`" if source else "")
+            + "."
+        )
+        described = []
+        for name in _chains(source)[:20] if source else []:
+            value = _lookup(name, frame)
+            if value is _MISSING:
+                continue
+            values.append((name, value))
+            if callable(axes_of) and isinstance(value, torch.Tensor):
+                try:
+                    named = axes_of(name, value)
+                except Exception:  # noqa: BLE001
+                    named = None
+                if named:
+                    described.append(f"{name}: {str(value.dtype).replace('torch.', '')} {tuple(value.shape)} = {named}")
+                    continue
+            text = _describe_value(name, value, sizes)
+            if text:
+                described.append(text)
+        if described:
+            lines.append("On that line: " + "; ".join(described[:10]) + ".")
+    meaning = _meaning(exc, sizes, values)
+    if meaning:
+        lines.append(meaning)
+    return lines
+
+
+def explain_exception(exc: BaseException, sizes: dict[str, int] | None = None, axes_of=None) -> str:
+    """Where the student's code raised ``exc``, the tensors on that line, what the message means.
+
+    Runs in the student's process. The last line is the exception's own text; when nothing could
+    be added, that line alone ("TypeName: message"). Never raises.
+    """
+    try:
+        plain = _plain(exc)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        plain = type(exc).__name__
+    try:
+        lines = explain_parts(exc, sizes, axes_of)
+    except Exception:  # noqa: BLE001
+        return plain
+    if not lines:
+        return plain
+    return "\n".join([*lines, f"(The error itself: {plain})"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Intermediate values
+
+
+def trace(module: torch.nn.Module, *inputs, with_inputs: bool = False, **kwargs) -> dict[str, torch.Tensor]:
+    """Probe side: run ``module(*inputs)`` under ``torch.no_grad`` and return the output of every
+    named submodule that returned a tensor, detached, in the order the calls finished (the first
+    call of each submodule only). ``with_inputs``: also each submodule's first tensor argument,
+    as ``"<name> (input)"``, in the order the calls started."""
+    seen: dict[str, torch.Tensor] = {}
+    handles = []
+
+    def before_for(name):
+        def before(mod, args):
+            key = f"{name} (input)"
+            if key not in seen and args and isinstance(args[0], torch.Tensor):
+                seen[key] = args[0].detach().clone()
+        return before
+
+    def after_for(name):
+        def after(mod, args, output):
+            if name not in seen and isinstance(output, torch.Tensor):
+                seen[name] = output.detach().clone()
+        return after
+
+    try:
+        for name, sub in module.named_modules():
+            if name:
+                if with_inputs:
+                    handles.append(sub.register_forward_pre_hook(before_for(name)))
+                handles.append(sub.register_forward_hook(after_for(name)))
+        with torch.no_grad():
+            module(*inputs, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+_GLOSS = {
+    "attn": "the attention", "attention": "the attention", "self_attention": "the attention",
+    "sa": "the attention", "mlp": "the MLP", "ffwd": "the MLP", "feed_forward": "the MLP",
+    "query": "the query projection", "key": "the key projection", "value": "the value projection",
+    "to_output": "the attention's output projection", "proj": "the output projection",
+    "ln": "the LayerNorm", "ln1": "the first LayerNorm", "ln2": "the second LayerNorm",
+    "ln_f": "the final LayerNorm", "norm_before_attn": "the norm before the attention",
+    "norm_before_mlp": "the norm before the MLP", "lm_head": "the output layer (logits)",
+    "token_embedding": "the token embedding", "tok_emb": "the token embedding",
+    "position_embedding": "the position embedding", "pos_emb": "the position embedding",
+    "heads": "the heads",
+}
+_CONTAINERS = {"blocks": "block", "layers": "layer", "heads": "head", "h": "block"}
+
+
+def _gloss(name: str) -> str:
+    parts = name.split(".")
+    words = []
+    i = 0
+    head = None
+    while i < len(parts):
+        part = parts[i]
+        if part in _CONTAINERS and i + 1 < len(parts) and parts[i + 1].isdigit():
+            words.append(f"{_CONTAINERS[part]} {parts[i + 1]}")
+            i += 2
+            continue
+        if i == len(parts) - 1:
+            head = _GLOSS.get(part)
+            if part.isdigit() and i > 0:
+                head = None
+        i += 1
+    if head is None:
+        return ""
+    return head + "".join(f" of {w}" for w in reversed(words))
+
+
+def _as_multiple(diff: torch.Tensor, candidates: dict[str, torch.Tensor], atol: float, rtol: float) -> str | None:
+    """'1 × the output of attention' when ``diff`` is a constant multiple of one candidate."""
+    d = diff.double()
+    if not torch.isfinite(d).all():
+        return None
+    # the outermost name first: mlp's output before mlp.model.2's, which is the same tensor
+    for name, cand in sorted(candidates.items(), key=lambda item: item[0].count(".")):
+        if not isinstance(cand, torch.Tensor) or cand.shape != d.shape:
+            continue
+        t = cand.double()
+        tt = float((t * t).sum())
+        if tt == 0 or not torch.isfinite(t).all():
+            continue
+        k = float((t * d).sum()) / tt
+        if abs(k) > 1e-6 and bool(torch.isclose(d, k * t, atol=atol, rtol=rtol).all()):
+            size = "" if abs(abs(k) - 1) < 1e-9 else f"{_num(abs(k))} × "
+            return f"{'minus ' if k < 0 else ''}{size}{name}"
+    return None
+
+
+def first_divergence(
+    student_trace: dict[str, torch.Tensor], reference_trace: dict[str, torch.Tensor], atol: float, rtol: float,
+    known: dict[str, torch.Tensor] | None = None,
+) -> str | None:
+    """Judge side: the first value, in the reference's order, that departs from the reference's
+    (a submodule's output, or its input when ``trace`` recorded inputs); ``None`` when every value
+    the reference recorded matches. ``known``: other values of the reference's forward pass by
+    name (its input, say): when the departure is exactly a multiple of one of them, or of a value
+    recorded before it, the message says so."""
+    if not isinstance(student_trace, dict) or not isinstance(reference_trace, dict):
+        return None
+    earlier = dict(known or {})
+    for key, want in reference_trace.items():
+        is_input = key.endswith(" (input)")
+        name = key.removesuffix(" (input)")
+        gloss = _gloss(name)
+        label = f"{name} ({gloss})" if gloss else name
+        value = f"the input of {label}" if is_input else f"the output of {label}"
+        before = (
+            "every submodule's output before it matches, so the wrong step is in the code between "
+            "those calls" if is_input else "everything before it matches"
+        )
+        have = student_trace.get(key)
+        if not isinstance(have, torch.Tensor):
+            return (
+                f"the reference calls {label}, but in your module {name} was never called with a tensor "
+                "(or it has another name); everything before it matches."
+            )
+        if tuple(have.shape) != tuple(want.shape):
+            return (
+                f"the first value that departs from the reference is {value}: shape {tuple(have.shape)}, "
+                f"expected {tuple(want.shape)}; {before}."
+            )
+        if not bool(torch.isclose(have.double(), want.double(), atol=atol, rtol=rtol, equal_nan=True).all()):
+            extra = _as_multiple(have.double() - want.double(), earlier, atol, rtol)
+            exactly = f" It is the reference's value {'' if extra.startswith('minus') else 'plus '}{extra}." if extra else ""
+            return (
+                f"the first value that departs from the reference is {value}; {before}.{exactly} Evidence: "
+                f"{first_mismatch(want, have, atol, rtol)}."
+            )
+        earlier.setdefault(value, want)
+    return None
+
+
+def difference_from(got: torch.Tensor, expected: torch.Tensor, reference_trace: dict[str, torch.Tensor],
+                    atol: float, rtol: float, known: dict[str, torch.Tensor] | None = None) -> str | None:
+    """When the whole output departs from the reference's by a multiple of one value the
+    reference computed on the way ('plus minus 0.5 × the output of mlp'), that value; else None."""
+    candidates = dict(known or {})
+    for key, value in reference_trace.items():
+        is_input = key.endswith(" (input)")
+        name = key.removesuffix(" (input)")
+        gloss = _gloss(name)
+        label = f"{name} ({gloss})" if gloss else name
+        candidates.setdefault(f"the input of {label}" if is_input else f"the output of {label}", value)
+    return _as_multiple(got.double() - expected.double(), candidates, atol, rtol)

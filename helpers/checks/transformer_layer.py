@@ -24,6 +24,14 @@ from helpers.checks.core import (
     first_mismatch,
     identify,
 )
+from helpers.checks.diagnose import (
+    case_sizes,
+    diagnose,
+    difference_from,
+    explain_mismatch,
+    first_divergence,
+    trace,
+)
 
 
 def _keeps_rng(half):
@@ -85,40 +93,58 @@ def _probe_layer_norm(cases):
             raise CheckFailed(f"expected the class LayerNorm (an nn.Module), got {describe(ln_class)}")
         runs = []
         for seed, shape, eps, dtype in cases:
-            x, weight, bias, r = _ln_inputs(seed, shape, dtype)
-            C = shape[-1]
-            ln = ln_class(C) if eps is None else ln_class(C, eps=eps)
-            names = sorted(name for name, _ in ln.named_parameters())
-            if names != ["bias", "weight"]:
-                raise CheckFailed(
-                    f"{_ln_name(C, eps)} should have exactly two parameters, weight and bias, "
-                    f"each of shape ({C},); it has {names}."
-                )
-            init = {"weight": ln.weight.detach().clone(), "bias": ln.bias.detach().clone()}
-            ln = ln.to(dtype)
-            with torch.no_grad():
-                for name, value in (("weight", weight), ("bias", bias)):
-                    param = getattr(ln, name)
-                    if tuple(param.shape) != (C,):
-                        raise CheckFailed(f"{name} should have shape ({C},), got {tuple(param.shape)}.")
-                    param.copy_(value)
-                x_before = x.clone()
-                out = ln(x)
-            x_changed = not torch.equal(x_before, x)
-            # the same call with gradients: d(sum(out * r)) / d(x, weight, bias)
-            xg = x_before.clone().requires_grad_(True)
-            for param in ln.parameters():
-                param.grad = None
-            grads = None
-            try:
-                (ln(xg) * r).sum().backward()
-                grads = {"x": xg.grad, "weight": ln.weight.grad, "bias": ln.bias.grad}
-            except Exception as exc:  # noqa: BLE001 - the judge reports it
-                grads = f"{type(exc).__name__}: {exc}"[:500]
-            runs.append({"init": init, "out": out, "x_changed": x_changed, "grads": grads})
+            with case_sizes(_ln_sizes(shape)):
+                runs.append(_run_layer_norm_case(ln_class, seed, shape, eps, dtype))
         return {"runs": runs}
 
     return _keeps_rng(probe)
+
+
+def _ln_axes(shape: tuple) -> tuple[str, ...] | None:
+    """The legend letters of x's axes: (B, T, C), (T, C); none for other shapes."""
+    return {3: ("B", "T", "C"), 2: ("T", "C")}.get(len(shape))
+
+
+def _ln_sizes(shape: tuple) -> dict[str, int]:
+    axes = _ln_axes(shape)
+    return dict(zip(axes, shape, strict=True)) if axes else {"C": shape[-1]}
+
+
+def _run_layer_norm_case(ln_class, seed, shape, eps, dtype) -> dict:
+    x, weight, bias, r = _ln_inputs(seed, shape, dtype)
+    C = shape[-1]
+    ln = ln_class(C) if eps is None else ln_class(C, eps=eps)
+    names = sorted(name for name, _ in ln.named_parameters())
+    if names != ["bias", "weight"]:
+        raise CheckFailed(
+            f"{_ln_name(C, eps)} should have exactly two parameters, weight and bias, "
+            f"each of shape ({C},); it has {names}."
+        )
+    init = {"weight": ln.weight.detach().clone(), "bias": ln.bias.detach().clone()}
+    ln = ln.to(dtype)
+    with torch.no_grad():
+        for name, value in (("weight", weight), ("bias", bias)):
+            param = getattr(ln, name)
+            if tuple(param.shape) != (C,):
+                raise CheckFailed(f"{name} should have shape ({C},), got {tuple(param.shape)}.")
+            param.copy_(value)
+        x_before = x.clone()
+        out = ln(x)
+        again = ln(x_before.clone())  # the same input once more: deterministic?
+        # each batch element alone (a batch of one): does the norm mix the batch?
+        alone = [ln(x_before[b : b + 1].clone()) for b in range(shape[0])] if len(shape) >= 3 else None
+    x_changed = not torch.equal(x_before, x)
+    # the same call with gradients: d(sum(out * r)) / d(x, weight, bias)
+    xg = x_before.clone().requires_grad_(True)
+    for param in ln.parameters():
+        param.grad = None
+    grads = None
+    try:
+        (ln(xg) * r).sum().backward()
+        grads = {"x": xg.grad, "weight": ln.weight.grad, "bias": ln.bias.grad}
+    except Exception as exc:  # noqa: BLE001 - the judge reports it
+        grads = f"{type(exc).__name__}: {exc}"[:500]
+    return {"init": init, "out": out, "x_changed": x_changed, "grads": grads, "again": again, "alone": alone}
 
 
 def layer_norm_variants(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> dict[str, torch.Tensor]:
@@ -198,6 +224,30 @@ def _worst_row(x: torch.Tensor, expected: torch.Tensor, out: torch.Tensor, eps: 
     return where + f": there sqrt(var + eps) = {math.sqrt(var + eps):.4g} but sqrt(var) + eps = {math.sqrt(var) + eps:.4g})"
 
 
+#: what the output, read back before weight and bias, can establish (a property of the normalisation)
+_BEFORE_AFFINE = ("rule_factor", "rule_slice_factors", "rule_fibre_factors", "rule_slice_offsets", "rule_normalised_axis",
+                  "rule_permuted", "rule_shifted", "rule_transposed")
+
+
+def _layer_norm_mismatch(expected, out, weight, bias, run, what, tol, shape, dtype) -> str:
+    """The message for a LayerNorm output that no catalogued mistake explains: what the output
+    establishes, or else what it establishes once weight and bias are undone, (out - bias) / weight."""
+    diagnosis = {"atol": tol, "rtol": tol, "axes": _ln_axes(shape), "sizes": _ln_sizes(shape), "dtype": dtype}
+    rule, message = diagnose(expected, out, what=what, again=run.get("again"), alone=run.get("alone"), **diagnosis)
+    w, b = weight.double(), bias.double()
+    if rule not in ("generic", "rule_localised") or w.abs().min() < 1e-3:
+        return message
+    scale = tol / float(w.abs().min())
+    label = "READ-BACK"
+    rule_before, before = diagnose(
+        (expected.double() - b) / w, (out.double() - b) / w, what=label,
+        **{**diagnosis, "atol": scale, "rtol": scale, "dtype": out.dtype},
+    )
+    if rule_before not in _BEFORE_AFFINE:
+        return message
+    return f"{what}: read back before weight and bias, as (out - bias) / weight, {before.removeprefix(label + ': ')}"
+
+
 def _judge_layer_norm(cases):
     def judge(data: dict) -> str:
         runs = data.get("runs")
@@ -253,7 +303,7 @@ def _judge_layer_norm(cases):
                         f"{what} returned NaN: a division by zero? (x has rows whose variance is near 0; "
                         f"eps keeps sqrt(var + eps) away from zero). Evidence: {evidence}."
                     )
-                raise CheckFailed(f"{what} differs from the reference. Evidence: {evidence}.")
+                raise CheckFailed(_layer_norm_mismatch(expected.detach(), out, weight, bias, run, what, tol, shape, dtype))
             grads = run.get("grads")
             if isinstance(grads, str):
                 raise CheckFailed(
@@ -340,40 +390,55 @@ def _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype):
     return {k: v.to(dtype) for k, v in weights.items()}, x.to(dtype), replacement.to(dtype)
 
 
+def _block_sizes(batch, T, C, hs, nh, n_hidden) -> dict[str, int]:
+    """The case's sizes by legend letter (no two equal: a size names its dimension)."""
+    return {**({"B": batch[0]} if len(batch) == 1 else {}), "T": T, "C": C, "hs": hs, "nh": nh, "H": n_hidden}
+
+
 def _probe_block(cases):
     def probe(block_class) -> dict:
         if not isinstance(block_class, type) or not issubclass(block_class, nn.Module):
             raise CheckFailed(f"expected the class TransformerBlock (an nn.Module), got {describe(block_class)}")
         runs = []
         for seed, batch, T, C, hs, nh, n_hidden, dtype in cases:
-            weights, x, replacement = _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype)
-            block = block_class(C, hs, nh, n_hidden)
-            names = sorted(name for name, _ in block.named_parameters())
-            if names != sorted(weights):
-                raise CheckFailed(
-                    f"{block_class.__name__}({C}, {hs}, {nh}, {n_hidden}) should have exactly the parameters "
-                    f"{', '.join(weights)} (keep the constructor as given); it has {names}."
-                )
-            # Known-good norms in place of the student's LayerNorm (same names, same arithmetic),
-            # so that a mistake in the LayerNorm exercise does not cost this exercise's points.
-            for attr in NORMS:
-                setattr(block, attr, nn.LayerNorm(C, eps=DEFAULT_EPS))
-            block = block.to(dtype)
-            with torch.no_grad():
-                for name, param in block.named_parameters():
-                    param.copy_(weights[name])
-                x_before = x.clone()
-                out = block(x)
-                x_changed = not torch.equal(x_before, x)
-                leaks = []
-                for j in range(1, T):
-                    changed = x_before.clone()
-                    changed[..., j, :] = replacement[..., j, :]
-                    leaks.append(block(changed))
-            runs.append({"out": out, "x_changed": x_changed, "leaks": leaks})
+            with case_sizes(_block_sizes(batch, T, C, hs, nh, n_hidden)):
+                runs.append(_run_block_case(block_class, seed, batch, T, C, hs, nh, n_hidden, dtype))
         return {"runs": runs}
 
     return _keeps_rng(probe)
+
+
+def _run_block_case(block_class, seed, batch, T, C, hs, nh, n_hidden, dtype) -> dict:
+    weights, x, replacement = _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype)
+    block = block_class(C, hs, nh, n_hidden)
+    names = sorted(name for name, _ in block.named_parameters())
+    if names != sorted(weights):
+        raise CheckFailed(
+            f"{block_class.__name__}({C}, {hs}, {nh}, {n_hidden}) should have exactly the parameters "
+            f"{', '.join(weights)} (keep the constructor as given); it has {names}."
+        )
+    # Known-good norms in place of the student's LayerNorm (same names, same arithmetic),
+    # so that a mistake in the LayerNorm exercise does not cost this exercise's points.
+    for attr in NORMS:
+        setattr(block, attr, nn.LayerNorm(C, eps=DEFAULT_EPS))
+    block = block.to(dtype)
+    with torch.no_grad():
+        for name, param in block.named_parameters():
+            param.copy_(weights[name])
+        x_before = x.clone()
+        out = block(x)
+        x_changed = not torch.equal(x_before, x)
+        again = block(x_before.clone())  # the same input once more: deterministic?
+        # each batch element alone (a batch of one): does the block mix the batch?
+        alone = [block(x_before[b : b + 1].clone()) for b in range(batch[0])] if len(batch) == 1 else None
+        leaks = []
+        for j in range(1, T):
+            changed = x_before.clone()
+            changed[..., j, :] = replacement[..., j, :]
+            leaks.append(block(changed))
+    # what each sub-layer received and returned, for the judge to find where the block goes wrong
+    steps = trace(block, x_before.clone(), with_inputs=True)
+    return {"out": out, "x_changed": x_changed, "leaks": leaks, "again": again, "alone": alone, "steps": steps}
 
 
 def block_variants(parts, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -429,6 +494,30 @@ def block_variants(parts, x: torch.Tensor) -> dict[str, torch.Tensor]:
     return variants
 
 
+def _block_mismatch(block, xd, expected, out, steps, diagnosis) -> str:
+    """The message for a block output that no catalogued mistake explains: what the output itself
+    establishes, and where inside the block the first value departs from the reference's."""
+    rule, message = diagnose(expected, out, **diagnosis)
+    if rule not in ("generic", "rule_localised") or not isinstance(steps, dict):
+        return message
+    tol = diagnosis["atol"]
+    ours = trace(block, xd, with_inputs=True)
+    known = {"the block's input x": xd}
+    inside = first_divergence(steps, ours, tol, tol, known=known)
+    if inside is None:  # every sub-layer saw and returned the reference's values
+        extra = difference_from(out, expected, ours, tol, tol, known=known)
+        exactly = f" The output is the reference's {'' if extra.startswith('minus') else 'plus '}{extra}." if extra else ""
+        inside = (
+            "every sub-layer received and returned exactly what the reference's did, so the difference "
+            f"comes from forward's own arithmetic after the last sub-layer call.{exactly} Evidence: "
+            f"{first_mismatch(expected, out, tol, tol)}."
+        )
+    lead, _, _ = message.partition(" Evidence: ")
+    if rule == "generic":
+        lead = f"{diagnosis['what']} is wrong"
+    return f"{lead.rstrip('.')}. Inside the block, {inside}"
+
+
 def _judge_block(cases):
     def judge(data: dict) -> str:
         runs = data.get("runs")
@@ -447,8 +536,28 @@ def _judge_block(cases):
                     f"{what} modified its input x in place: `x += ...` writes into the caller's tensor "
                     "(in a model, the embeddings). Write x = x + ... instead."
                 )
-            out = expect_tensor(run["out"], shape, what)
             tol = 1e-9 if dtype == torch.float64 else 1e-4
+            with torch.no_grad():
+                block = ref.TransformerBlock(C, hs, nh, n_hidden).double()
+                for name, param in block.named_parameters():
+                    param.copy_(weights[name].double())
+                xd = x.double()
+                expected = block(xd)
+            diagnosis = {
+                "what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "C"),
+                "sizes": _block_sizes(batch, T, C, hs, nh, n_hidden), "again": run.get("again"),
+                "alone": run.get("alone"), "dtype": dtype,
+            }
+            if not isinstance(run["out"], torch.Tensor) or tuple(run["out"].shape) != shape:
+                raise CheckFailed(explain_mismatch(expected, run["out"], **diagnosis))
+            out = expect_tensor(run["out"], shape, what)
+            again = run.get("again")
+            if isinstance(again, torch.Tensor) and again.shape == out.shape and not close(out, again, tol, tol):
+                # not deterministic: a leak or a mismatch found below would only be noise
+                raise CheckFailed(explain_mismatch(expected, out, **diagnosis))
+            rule, message = diagnose(expected, out, **diagnosis)
+            if rule == "rule_batch":  # right alone, wrong together: a leak found below would be its echo
+                raise CheckFailed(message)
             leaks = run.get("leaks")
             if not isinstance(leaks, list) or len(leaks) != T - 1:
                 raise CheckFailed("the check's data is incomplete")
@@ -460,14 +569,9 @@ def _judge_block(cases):
                     i = int(moved.nonzero()[0][-2])
                     leak = f"changing only token {j} changed the output at position {i}, an earlier one"
                     break
+            if close(expected, out, tol, tol) and leak is None:
+                continue
             with torch.no_grad():
-                block = ref.TransformerBlock(C, hs, nh, n_hidden).double()
-                for name, param in block.named_parameters():
-                    param.copy_(weights[name].double())
-                xd = x.double()
-                expected = block(xd)
-                if close(expected, out, tol, tol) and leak is None:
-                    continue
                 label = identify(out, block_variants(block, xd), tol, tol)
             evidence = first_mismatch(expected, out, tol, tol)
             if label:
@@ -477,7 +581,7 @@ def _judge_block(cases):
                     f"{what}: {leak}. A block must stay causal: only the attention mixes positions, "
                     "and only with the past."
                 )
-            raise CheckFailed(f"{what} differs from the reference. Evidence: {evidence}.")
+            raise CheckFailed(_block_mismatch(block, xd, expected, out, run.get("steps"), diagnosis))
         shapes = ", ".join(f"x{(*c[1], c[2], c[3])}" for c in cases)
         return (
             f"TransformerBlock: {shapes} with known weights match the reference pre-LN block "

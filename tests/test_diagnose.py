@@ -1,0 +1,544 @@
+"""Fast unit tests of the diagnosis layer (helpers.checks.diagnose): each rule establishes its
+cause on a hand-made tensor, stays silent on a correct output, and no cause is stated when
+nothing was established. Errors are raised by small functions compiled under a notebook cell's
+filename, as Jupyter names them. Runs in a few seconds; nothing here starts a process."""
+
+from __future__ import annotations
+
+import linecache
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from helpers.checks import diagnose as dg
+from helpers.checks.core import Check, CheckFailed
+from helpers.checks.diagnose import (
+    case_sizes,
+    difference_from,
+    explain_exception,
+    explain_mismatch,
+    first_divergence,
+    legend_shape,
+    trace,
+)
+
+SIZES = {"B": 2, "T": 6, "C": 7, "hs": 3}
+AXES = ("B", "T", "hs")
+TOL = 1e-9
+GENERIC = "differs from the reference"
+
+
+def expected(seed: int = 0) -> torch.Tensor:
+    return torch.randn(2, 6, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def explain(got, exp=None, axes=AXES, **kwargs) -> str:
+    exp = expected() if exp is None else exp
+    return explain_mismatch(exp, got, what="f(x)", atol=TOL, rtol=TOL, axes=axes, sizes=SIZES, **kwargs)
+
+
+def case(got, exp=None, axes=AXES, **kwargs) -> dg._Case:
+    exp = expected() if exp is None else exp
+    return dg._Case(exp, got, TOL, TOL, axes, SIZES, kwargs.get("again"), kwargs.get("alone"), kwargs.get("dtype"))
+
+
+def rule_on_correct_output_is_silent(rule, exp=None, axes=AXES, **kwargs):
+    exp = expected() if exp is None else exp
+    assert rule(case(exp.clone(), exp, axes, **kwargs)) is None, rule.__name__
+
+
+# --- every message: starts with what, no cause without a probe -------------------------------
+
+
+def test_messages_start_with_what_and_carry_evidence():
+    e = expected()
+    for got in (e * 2, e.transpose(1, 2), e.float(), e + 1):
+        message = explain(got)
+        assert message.startswith("f(x)") and "Evidence:" in message, message
+
+
+def test_nothing_established_gives_the_generic_form_and_no_cause():
+    e = expected()
+    noise = torch.randn(e.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    got = e.clone()
+    got[0, 1, 0] += noise[0, 1, 0]
+    got[1, 3, 2] += noise[1, 3, 2]
+    got[0, 4, 1] += noise[0, 4, 1]
+    got[1, 0, 0] += 1
+    got[0, 5, 2] += 1
+    got[1, 2, 1] += 1  # wrong entries on every index of every axis, scattered: no structure
+    rule, message = dg.diagnose(e, got, what="f(x)", atol=TOL, rtol=TOL, axes=AXES, sizes=SIZES)
+    assert rule == "generic", message
+    assert GENERIC in message and "entries differ; first at index" in message
+    for cause in ("factor", "shifted", "transpose", "batch", "deterministic", "normalis", "NaN"):
+        assert cause not in message
+
+
+def test_a_correct_output_is_not_diagnosed():
+    e = expected()
+    message = explain(e.clone(), again=e.clone(), alone=[e[:1], e[1:]])
+    assert "matches the reference" in message and GENERIC not in message
+    for rule in dg.RULES:
+        if rule is not dg._correct:
+            rule_on_correct_output_is_silent(rule, again=e.clone(), alone=[e[:1].clone(), e[1:].clone()])
+
+
+def test_explain_mismatch_never_raises():
+    assert explain([1, 2]).startswith("f(x) should return a tensor of shape (2, 6, 3)")
+    assert "a object" in explain_mismatch(torch.zeros(2), object(), what="g", atol=0, rtol=0)
+    assert explain_mismatch(object(), torch.zeros(2), what="g", atol=0, rtol=0) == "g differs from the reference."
+    message = explain_mismatch(expected(), expected(), what="h", atol=TOL, rtol=TOL, axes=("B",), sizes="junk")
+    assert message.startswith("h")
+
+
+# --- 1. shape ---------------------------------------------------------------------------------
+
+
+def test_shape_names_the_wrong_axis_by_its_legend_letter():
+    got = torch.zeros(2, 7, 3, dtype=torch.float64)
+    message = explain(got)
+    assert "axis 1 has size 7, which is C (emb_dim); T = 6 was expected there" in message
+    assert "(2, 7, 3) = (B, C, hs)" in message
+
+
+def test_shape_permuted_axes_is_a_transpose_not_a_data_problem():
+    message = explain(expected().transpose(1, 2))
+    assert "axes permuted to (B, hs, T)" in message and "transpose/permute" in message
+
+
+def test_shape_reshape_where_a_transpose_was_needed():
+    message = explain(expected().reshape(2, 3, 6))
+    assert "view/reshape was used where a transpose" in message
+
+
+def test_shape_missing_and_extra_axes():
+    e = expected()
+    assert "keepdim=True left out" in explain(e[:, :, 0], e[:, :, :1])
+    assert "extra axis of size 1 at position 2" in explain(e.unsqueeze(2))
+    message = explain(e.sum(dim=1))
+    assert "axis 1 (T (time), size 6) is missing" in message
+
+
+def test_shape_rule_is_silent_on_a_correct_output():
+    rule_on_correct_output_is_silent(dg.rule_shape)
+
+
+def test_legend_shape():
+    assert legend_shape((2, 6, 3), SIZES) == "(2, 6, 3) = (B, T, hs)"
+    assert legend_shape((2, 5), SIZES) == "(2, 5) = (B, 5)"
+    assert legend_shape((5,), None) == "(5,)"
+    assert legend_shape((12,), {"nh": 4, "hs": 3}) == "(12,) = (nh·hs,)"
+
+
+# --- 2. dtype ---------------------------------------------------------------------------------
+
+
+def test_dtype_float32_for_a_float64_input():
+    message = explain(expected().float())
+    assert "float32 for a float64 input" in message and "dtype=" in message
+    assert "agree to float32 precision" in message
+
+
+def test_dtype_integer_and_bool_outputs():
+    assert "integer tensor (int64)" in explain(expected().long())
+    assert "bool tensor" in explain(expected() > 0)
+
+
+def test_dtype_given_by_the_case_not_by_the_reference():
+    # the judges compute the reference in float64 for float32 cases too
+    e = expected()
+    message = explain_mismatch(e, e.float(), what="f(x)", atol=1e-6, rtol=1e-6, sizes=SIZES, dtype=torch.float32)
+    assert "matches the reference" in message
+    assert "float64 for a float32 input" in explain_mismatch(
+        e, e * 2, what="f(x)", atol=1e-6, rtol=1e-6, sizes=SIZES, dtype=torch.float32
+    )
+    rule_on_correct_output_is_silent(dg.rule_dtype)
+
+
+# --- 3. NaN and inf ---------------------------------------------------------------------------
+
+
+def test_nan_where_the_reference_is_finite_says_where():
+    got = expected().clone()
+    got[1, 2:, :] = float("nan")
+    message = explain(got)
+    assert "NaN values where the reference is finite" in message
+    assert "along axis 0 (B) only B = 1 (the last)" in message and "along axis 1 (T) only T ≥ 2" in message
+    assert "first at index (1, 2, 0)" in message
+
+
+def test_finite_where_the_reference_is_infinite():
+    e = expected().clone()
+    e[:, 0, 1] = float("-inf")
+    message = explain(expected(), e)
+    assert "finite where the reference is -inf" in message
+    rule_on_correct_output_is_silent(dg.rule_nonfinite, e)
+
+
+# --- 4. determinism ---------------------------------------------------------------------------
+
+
+def test_two_different_outputs_for_the_same_input():
+    e = expected()
+    message = explain(e * 2, again=e * 3)
+    assert "not deterministic" in message and "dropout" in message
+    assert "factor" not in message  # no verdict about the values
+    rule_on_correct_output_is_silent(dg.rule_determinism, again=e.clone())
+
+
+# --- 5. batch ---------------------------------------------------------------------------------
+
+
+def test_right_alone_wrong_together_is_a_batching_problem():
+    e = expected()
+    mixed = e - e.mean(dim=0, keepdim=True) + e[0]
+    message = explain(mixed, alone=[e[:1], e[1:2]])
+    assert "each batch element run alone gives the right output" in message
+    assert "mixed" in message
+
+
+def test_alone_accepts_unbatched_outputs_too():
+    e = expected()
+    assert "run alone gives the right output" in explain(e.flip(0), alone=[e[0], e[1]])
+
+
+def test_wrong_alone_is_not_a_batching_problem():
+    e = expected()
+    noisy = e + torch.randn(e.shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    message = explain(noisy, alone=[noisy[:1], noisy[1:]])
+    assert "not a batching problem" in message and "batch element 0 run alone" in message
+    assert "run alone gives the right output" not in message
+    rule_on_correct_output_is_silent(dg.rule_batch, alone=[e[:1].clone(), e[1:].clone()])
+
+
+# --- 6. constant factor, offset, sign ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("factor", "words"),
+    [
+        (1 / math.sqrt(3), "constant factor 1/sqrt(hs) = 0.5774"),
+        (math.sqrt(3), "constant factor sqrt(hs) = 1.732"),
+        (1 / 7, "constant factor 1/C = 0.1429"),
+        (6.0, "constant factor T = 6"),
+        (0.5, "constant factor 1/2"),
+    ],
+)
+def test_constant_factor_named_by_a_size(factor, words):
+    message = explain(expected() * factor)
+    assert words in message, message
+
+
+def test_factor_reason_follows_from_the_factor():
+    assert "missing a division by sqrt(hs)" in explain(expected() * math.sqrt(3))
+    assert "divided by sqrt(hs) once too often" in explain(expected() / math.sqrt(3))
+
+
+def test_unnamed_factor_offset_and_sign():
+    e = expected()
+    assert "matches none of the case's sizes" in explain(e * 2.37)
+    assert "shifted by a constant 0.25" in explain(e + 0.25)
+    assert "sign flipped" in explain(-e)
+    rule_on_correct_output_is_silent(dg.rule_factor)
+
+
+# --- 7. per-slice factors and normalisation axis ----------------------------------------------
+
+
+def test_per_slice_factors():
+    e = expected()
+    scale = torch.arange(1, 7, dtype=torch.float64)[None, :, None]
+    message = explain(e * scale)
+    assert "each slice along axis 1 (T) is the reference times its own factor (1, 2, 3" in message
+    rule_on_correct_output_is_silent(dg.rule_slice_factors)
+
+
+def test_per_vector_factors():
+    e = expected()
+    scale = torch.tensor([[1.0, 2, 3, 4, 5, 6], [0.5, 0.25, 2, 3, 9, 1]], dtype=torch.float64)[..., None]
+    message = explain(e * scale)
+    assert "each vector along axis 2 (hs) (one per (B, T) index)" in message
+    rule_on_correct_output_is_silent(dg.rule_fibre_factors)
+
+
+def test_per_slice_offsets():
+    e = expected()
+    message = explain(e + torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64))
+    assert "each slice along axis 2 (hs) is the reference plus its own constant (0.5, -1, 2" in message
+    rule_on_correct_output_is_silent(dg.rule_slice_offsets)
+
+
+def test_normalised_along_the_wrong_axis():
+    scores = torch.randn(2, 6, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    want = torch.softmax(scores, dim=-1)
+    message = explain(torch.softmax(scores, dim=-2), want, axes=("B", "T", "T"))
+    assert "normalised along axis 1 (T) instead of axis 2 (T)" in message
+    rule_on_correct_output_is_silent(dg.rule_normalised_axis, want, axes=("B", "T", "T"))
+
+
+# --- 8. transposes and permutations -----------------------------------------------------------
+
+
+def test_transposed_last_two_axes():
+    scores = torch.randn(2, 6, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    message = explain(scores.transpose(-1, -2), scores, axes=("B", "T", "T"))
+    assert "last two axes (T, T) transposed" in message
+    rule_on_correct_output_is_silent(dg.rule_transposed, scores, axes=("B", "T", "T"))
+
+
+def test_reordered_and_reversed_slices():
+    e = expected()
+    assert "right but reversed" in explain(e.flip(1)) and "perm = [5, 4, 3, 2, 1, 0]" in explain(e.flip(1))
+    message = explain(e[:, [1, 0, 2, 3, 5, 4]])
+    assert "right but reordered" in message and "perm = [1, 0, 2, 3, 5, 4]" in message
+    rule_on_correct_output_is_silent(dg.rule_permuted)
+
+
+def test_transpose_and_reshape_mixed_up_on_the_same_shape():
+    e = expected()
+    assert "a transpose where a view/reshape alone was needed" in explain(e.transpose(1, 2).reshape(2, 6, 3))
+    assert "a view/reshape where a transpose was needed" in explain(e.reshape(2, 3, 6).transpose(1, 2))
+    rule_on_correct_output_is_silent(dg.rule_scrambled)
+
+
+# --- 9. shifts --------------------------------------------------------------------------------
+
+
+def test_shifted_by_one_position():
+    e = expected()
+    later = e.clone()
+    later[:, :-1] = e[:, 1:]
+    assert "shifted by +1 along axis 1 (T)" in explain(later)
+    earlier = e.clone()
+    earlier[:, 1:] = e[:, :-1]
+    assert "shifted by -1 along axis 1 (T)" in explain(earlier) and "off-by-1" in explain(earlier)
+    rule_on_correct_output_is_silent(dg.rule_shifted)
+
+
+# --- 10. localisation -------------------------------------------------------------------------
+
+
+def test_localised_rows_batch_elements_and_every_entry():
+    e = expected()
+    noise = torch.randn(e.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    rows = e.clone()
+    rows[:, 1:] += noise[:, 1:]
+    message = explain(rows)
+    assert "along axis 1 (T) only T ≥ 1 (T = 0 is right)" in message and GENERIC not in message
+    batch = e.clone()
+    batch[1] += noise[1]
+    assert "along axis 0 (B) only B = 1 (the last) (B = 0 is right)" in explain(batch)
+    everything = explain(e + noise)
+    assert "every entry of the output is wrong" in everything and GENERIC not in everything
+    rule_on_correct_output_is_silent(dg.rule_localised)
+
+
+# --- explain_exception ------------------------------------------------------------------------
+
+CELL = '''
+class Head(nn.Module):
+    def __init__(self, emb_dim, head_dim):
+        super().__init__()
+        self.query = nn.Linear(emb_dim, head_dim, bias=False)
+
+    def forward(self, x):
+        q = self.query(x)
+        scores = q @ q
+        return scores
+
+def unpack(x):
+    B, T, C = x.shape
+    return x
+
+def broadcast(x):
+    return x + torch.ones(3, 4, dtype=x.dtype)
+
+def dtypes(x):
+    return x @ torch.ones(7, 3)
+
+def view_after_transpose(x):
+    return x.transpose(1, 2).view(-1)
+
+def bad_view(x):
+    return x.view(5, -1)
+
+def bad_dim(x):
+    return x.sum(dim=3)
+
+def lookup(ids):
+    table = nn.Embedding(10, 4)
+    return table(ids)
+
+def plain(x):
+    raise ValueError("my code is broken")
+'''
+
+
+@pytest.fixture(scope="module")
+def cell():
+    name = "/tmp/ipykernel_4242/1234.py"  # how Jupyter names a cell's code
+    linecache.cache[name] = (len(CELL), None, CELL.splitlines(True), name)
+    scope = {"torch": torch, "nn": nn, "scores": torch.zeros(11, 11)}  # a global named like a local
+    exec(compile(CELL, name, "exec"), scope)  # noqa: S102 - the test's own code
+    yield scope
+    linecache.cache.pop(name, None)
+
+
+def raised(function, *args, sizes=SIZES) -> BaseException:
+    try:
+        with case_sizes(sizes):
+            function(*args)
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError("no exception")
+
+
+X = torch.randn(2, 6, 7, dtype=torch.float64)
+
+
+def test_exception_shows_the_students_line_and_the_tensors_on_it(cell):
+    exc = raised(lambda x: cell["Head"](5, 3).double()(x), X)
+    text = explain_exception(exc)
+    assert "RuntimeError in forward, line 8" in text and "`q = self.query(x)`" in text
+    assert "self.query: nn.Linear(in_features=5, out_features=3)" in text
+    assert "x: float64 (2, 6, 7) = (B, T, C)" in text
+    assert "expects inputs whose last axis has size 5, and got 7 (C)" in text
+    assert text.splitlines()[-1] == "(The error itself: RuntimeError: mat1 and mat2 shapes cannot be multiplied (12x7 and 5x3))"
+
+
+def test_exception_batched_matmul(cell):
+    text = explain_exception(raised(lambda x: cell["Head"](7, 3).double()(x), X))
+    assert "`scores = q @ q`" in text and "q: float64 (2, 6, 3) = (B, T, hs)" in text
+    assert "scores:" not in text  # the line's target has no value yet: a global of that name is not it
+    assert "a ends in 3 (hs), b's second-to-last axis has 6 (T)" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "arg", "words"),
+    [
+        ("unpack", X[0], "x: float64 (6, 7) = (T, C)"),
+        ("unpack", X[0], "unbatched input (T, C) has 2"),
+        ("broadcast", X, "one has size 7 (C), the other 4"),
+        ("dtypes", X, "different dtypes (double and float)"),
+        ("view_after_transpose", X, ".contiguous() before .view"),
+        ("bad_view", X, "cannot hold the 84 entries"),
+        ("bad_dim", X, "dim=3 does not exist: the tensor has only 3 axes"),
+        ("lookup", torch.tensor([3, 12]), "the largest index in ids is 12"),
+    ],
+)
+def test_exception_messages_in_the_courses_words(cell, name, arg, words):
+    text = explain_exception(raised(cell[name], arg))
+    assert words in text, text
+    assert text.splitlines()[-1].startswith("(The error itself: ")
+
+
+def test_exception_sizes_from_the_argument_when_no_case_says():
+    try:
+        torch.ones(2, 6) + torch.ones(2, 7)
+    except RuntimeError as exc:
+        text = explain_exception(exc, sizes={"T": 6, "C": 7})
+    assert "6 (T), the other 7 (C)" in text
+
+
+def test_exception_without_anything_to_add_is_plain(cell):
+    assert explain_exception(KeyError("k")) == "KeyError: 'k'"
+    text = explain_exception(raised(cell["plain"], X))
+    assert "ValueError in plain, line 36" in text and "my code is broken" in text
+
+
+def test_exception_never_raises():
+    class Nasty(Exception):
+        def __str__(self):
+            raise RuntimeError("no words")
+
+        @property
+        def __traceback__(self):
+            raise RuntimeError("no traceback")
+
+    assert explain_exception(Nasty()) == "Nasty"
+
+
+def test_library_frames_are_not_the_students():
+    assert dg._is_student("/tmp/ipykernel_123/456.py") and dg._is_student("<cell>")
+    assert dg._is_student("<ipython-input-3-abc>")
+    assert not dg._is_student(torch.__file__) and not dg._is_student(dg.__file__)
+    assert not dg._is_student(math.__spec__.origin or "<frozen math>") and not dg._is_student("<frozen os>")
+
+
+# --- Check: the error path --------------------------------------------------------------------
+
+
+def test_check_in_a_notebook_turns_an_error_into_its_explanation(cell):
+    check = Check("check_toy_diagnose_head", lambda cls: {"out": cls(5, 3).double()(X)}, lambda d: "ok",
+                  sizes=SIZES)
+    with pytest.raises(CheckFailed) as failed:
+        check(cell["Head"])
+    assert "`q = self.query(x)`" in str(failed.value) and "(B, T, C)" in str(failed.value)
+    assert isinstance(failed.value.__cause__, RuntimeError)
+
+
+def test_check_record_keeps_the_first_line_and_adds_the_explanation(cell):
+    check = Check("check_toy_diagnose_record", lambda cls: {"out": cls(5, 3).double()(X)}, lambda d: "ok",
+                  sizes=SIZES)
+    record = check.record(cell["Head"])
+    first, *rest = record["error"].splitlines()
+    assert first == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (12x7 and 5x3)"
+    assert rest and "`q = self.query(x)`" in record["error"] and len(record["error"]) <= 2000
+    assert "self.query" in record["explained"] and record["not_implemented"] is False
+    blank = Check("check_toy_diagnose_blank", lambda f: f(), lambda d: "ok").record(lambda: (_ for _ in ()).throw(NotImplementedError()))
+    assert blank["error"] == "NotImplementedError: " and blank["not_implemented"] is True
+
+
+# --- trace and first_divergence ---------------------------------------------------------------
+
+
+class Tiny(nn.Module):
+    def __init__(self, twice: bool = False):
+        super().__init__()
+        self.twice = twice
+        self.norm = nn.LayerNorm(4)
+        self.mlp = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 4))
+
+    def forward(self, x):
+        x = x + self.norm(x) + (self.norm(x) if self.twice else 0)
+        return x + self.mlp(x)
+
+
+def tiny_pair():
+    torch.manual_seed(0)
+    good = Tiny().double()
+    bad = Tiny(twice=True).double()
+    bad.load_state_dict(good.state_dict())
+    return good, bad
+
+
+def test_trace_records_outputs_in_call_order_first_call_only():
+    good, _ = tiny_pair()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    steps = trace(good, x)
+    assert list(steps) == ["norm", "mlp.0", "mlp.1", "mlp.2", "mlp"]
+    assert list(trace(good, x, with_inputs=True))[:3] == ["norm (input)", "norm", "mlp (input)"]
+    assert not good._forward_hooks and not good.mlp._forward_hooks  # hooks removed
+
+
+def test_first_divergence_names_the_first_value_that_departs():
+    good, bad = tiny_pair()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    ours, theirs = trace(good, x, with_inputs=True), trace(bad, x, with_inputs=True)
+    assert first_divergence(ours, ours, 1e-9, 1e-9) is None
+    message = first_divergence(theirs, ours, 1e-9, 1e-9, known={"the input x": x})
+    assert message.startswith("the first value that departs from the reference is the input of mlp (the MLP)")
+    assert "plus the output of norm" in message
+    missing = first_divergence({"norm": ours["norm"]}, trace(good, x), 1e-9, 1e-9)
+    assert "mlp.0 was never called" in missing
+
+
+def test_difference_from_a_value_of_the_forward_pass():
+    good, _ = tiny_pair()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    steps = trace(good, x)
+    out = good(x).detach()
+    assert difference_from(out - 0.5 * steps["mlp"], out, steps, 1e-9, 1e-9) == "minus 0.5 × the output of mlp (the MLP)"
+    assert difference_from(out + 0.1, out, steps, 1e-9, 1e-9) is None
