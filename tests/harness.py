@@ -8,6 +8,7 @@ nbgrader's layout and go through the real grader, exactly as a class's submissio
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,6 +121,8 @@ class Catalogue:
     mistakes: dict
     alternatives: dict
     hidden_only: dict = field(default_factory=dict)
+    #: ``{exercise: {words of a "must" sentence of its task: [mistakes that break it]}}``
+    requirements: dict = field(default_factory=dict)
 
     def submissions(self) -> dict[str, dict[str, str]]:
         subs = mistake_submissions(self.assignment, {**self.mistakes, **self.hidden_only})
@@ -141,6 +144,24 @@ class CatalogueTests:
         return grade_submissions(self.catalogue.assignment, self.catalogue.submissions(),
                                  tmp_path_factory.mktemp(self.catalogue.assignment[:2]))
 
+    def test_every_must_in_an_exercise_is_checked(self):
+        """Each "must" / "do not" sentence of an exercise's task names a requirement, and a
+        catalogued mistake that breaks it (which the slow tests prove is caught and named)."""
+        entries = {**self.catalogue.mistakes, **self.catalogue.hidden_only}
+        stated = requirement_sentences(self.catalogue.assignment)
+        for exercise, sentences in stated.items():
+            declared = self.catalogue.requirements.get(exercise, {})
+            for sentence in sentences:
+                keys = [k for k in declared if k.lower() in sentence.lower()]
+                assert keys, f"{exercise}: no requirement declared for {sentence!r}"
+            for key, names in declared.items():
+                assert any(key.lower() in s.lower() for s in sentences), f"{exercise}: {key!r} is in no 'must' sentence"
+                names = [names] if isinstance(names, str) else names
+                assert names, f"{exercise}: {key!r} has no mistake behind it"
+                for name in names:
+                    assert name in entries and entries[name][0] == exercise, f"{exercise}: {name!r} is not its mistake"
+        assert set(self.catalogue.requirements) <= set(stated), "requirements of exercises that state none"
+
     def test_catalogue_names_at_least_three_mistakes_per_exercise(self):
         mistakes = list(self.catalogue.mistakes.values())
         for exercise in lesson(self.catalogue.assignment).exercises:
@@ -161,6 +182,27 @@ class CatalogueTests:
         for exercise in self.catalogue.alternatives[alternative]:
             r = row(graded, alternative, exercise)
             assert (r.score, r.status) == (r.max_score, "passed"), r.message
+
+
+OBLIGATION = re.compile(r"\b(must|do not|don't)\b", re.I)
+
+
+def requirement_sentences(assignment: str) -> dict[str, list[str]]:
+    """``{exercise: [sentences of its task that say "must" or "do not"]}``: the markdown from
+    the exercise's heading to its answer cell, hints left out."""
+    found: dict[str, list[str]] = {}
+    text = None
+    for cell in lesson(assignment).notebook["cells"]:
+        source = cell_source(cell)
+        if cell["cell_type"] == "markdown" and "### Exercise" in source:
+            text = re.sub(r"<details>.*?</details>", "", source, flags=re.S)
+        elif nbgrader_meta(cell).get("solution") and text is not None:
+            sentences = re.split(r"(?<=[.!?:])\s+|\n\s*[-*] |\n\n", text)
+            found[nbgrader_meta(cell)["grade_id"]] = [
+                " ".join(s.split()) for s in sentences if OBLIGATION.search(s)
+            ]
+            text = None
+    return {k: v for k, v in found.items() if v}
 
 
 class HiddenOnlyTests(CatalogueTests):
