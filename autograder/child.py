@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import linecache
 import os
 import random
 import resource
@@ -69,9 +70,13 @@ def _on_alarm(signum, frame):
     raise CellTimeout()
 
 
-def _exec(source: str, namespace: dict) -> None:
+def _exec(source: str, namespace: dict, index: int | None = None) -> None:
     code = TransformerManager().transform_cell(source)
-    exec(compile(code, "<cell>", "exec"), namespace)  # noqa: S102 - this process is the sandbox
+    # a name of its own, with its lines in linecache: tracebacks and the checks' explanations of
+    # an error can show the student's line
+    filename = "<cell>" if index is None else f"<cell {index}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - this process is the sandbox
 
 
 def _describe(exc: BaseException) -> str:
@@ -199,9 +204,9 @@ def main(payload, workdir: str, limits) -> None:
         try:
             if kind == "test":
                 with checks_core.recording() as records:
-                    _exec(source, namespace)
+                    _exec(source, namespace, index)
             else:
-                _exec(source, namespace)
+                _exec(source, namespace, index)
             signal.setitimer(signal.ITIMER_REAL, 0)
             line["status"] = "ok"
         except CellTimeout:

@@ -76,7 +76,15 @@ class ExerciseResult:
 
     @property
     def message(self) -> str:
-        parts = self.notes + [f"{t.grade_id}: {t.message}" for t in self.tests if t.status != "passed"]
+        parts, said = list(self.notes), {}
+        for t in self.tests:
+            if t.status == "passed":
+                continue
+            if t.message in said:  # the hidden test repeats the visible check first: say it once
+                parts.append(f"{t.grade_id}: the same as {said[t.message]}")
+            else:
+                said[t.message] = t.grade_id
+                parts.append(f"{t.grade_id}: {t.message}")
         return " | ".join(parts)
 
 

@@ -23,7 +23,6 @@ import linecache
 import math
 import os
 import re
-import sys
 import sysconfig
 from contextlib import contextmanager
 from typing import Any, Callable
@@ -770,7 +769,8 @@ _NOT_STUDENT = tuple(
 def _is_student(filename: str) -> bool:
     if not filename:
         return False
-    if filename == "<cell>" or filename.startswith("<ipython-input-"):
+    # the grader's cells are "<cell N>" (autograder/child.py), IPython's "<ipython-input-...>"
+    if filename == "<cell>" or filename.startswith(("<cell ", "<ipython-input-")):
         return True
     if filename.startswith("<"):  # <frozen ...>, <string>, <stdin>: not a notebook cell
         return False
@@ -803,52 +803,9 @@ def case_sizes(sizes: dict[str, int]):
         _STACK.pop()
 
 
-def _cell_source(frame) -> list[str] | None:
-    """The source lines of a cell the grader compiled as '<cell>' (not in linecache): found by
-    recompiling the cells of the grading job until one holds this frame's code."""
-    code = frame.f_code
-    payload = None
-    probe = sys._getframe()
-    while probe is not None:
-        if probe.f_code.co_name == "main" and probe.f_code.co_filename.endswith(os.path.join("autograder", "child.py")):
-            payload = probe.f_locals.get("payload")
-            break
-        probe = probe.f_back
-    if not isinstance(payload, (list, tuple)):
-        return None
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        transform = TransformerManager().transform_cell
-    except Exception:  # noqa: BLE001
-        def transform(s):
-            return s
-    for step in payload:
-        try:
-            source = transform(step[2])
-            compiled = compile(source, "<cell>", "exec")
-        except Exception:  # noqa: BLE001
-            continue
-        todo = [compiled]
-        while todo:
-            obj = todo.pop()
-            if (
-                obj.co_name == code.co_name and obj.co_firstlineno == code.co_firstlineno
-                and obj.co_code == code.co_code
-            ):
-                return source.splitlines()
-            todo.extend(const for const in obj.co_consts if hasattr(const, "co_code"))
-    return None
-
-
 def _source_line(frame, lineno: int) -> str:
     filename = frame.f_code.co_filename
-    line = linecache.getline(filename, lineno, frame.f_globals)
-    if not line and filename == "<cell>":
-        lines = _cell_source(frame)
-        if lines and 0 < lineno <= len(lines):
-            line = lines[lineno - 1]
-    return line.strip()
+    return linecache.getline(filename, lineno, frame.f_globals).strip()
 
 
 def _chains(line: str) -> list[str]:
