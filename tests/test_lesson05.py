@@ -18,6 +18,9 @@ SQRT = "torch.sqrt(var + self.eps)"
 VAR = "((x - mean) ** 2).mean(dim=-1, keepdim=True)"
 ATTN = "x = x + self.attention(self.norm_before_attn(x))"
 MLP = "x = x + self.mlp(self.norm_before_mlp(x))"
+MEAN = "mean = x.mean(dim=-1, keepdim=True)"
+NORMALISED = "normalised = (x - mean) / torch.sqrt(var + self.eps)"
+AFFINE = "return normalised * self.weight + self.bias"
 
 # name -> (exercise, edits of the solution, words the feedback must contain)
 MISTAKES = {
@@ -37,6 +40,25 @@ MISTAKES = {
         [("mean = x.mean(dim=-1, keepdim=True)", "mean = x.mean(dim=-1, keepdim=True).detach()")],
         "gradient with respect to x",
     ),
+    "ln-fused-layer-norm": (
+        LN, [(AFFINE, "return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)")],
+        "Do not call nn.LayerNorm or F.layer_norm",
+    ),
+    "ln-nn-layernorm": (
+        LN, [(AFFINE, "return nn.LayerNorm(x.shape[-1], eps=self.eps).to(x.dtype)(x) * self.weight + self.bias")],
+        "your forward calls nn.LayerNorm",
+    ),
+    "ln-var-mean-swapped": (
+        LN, [(MEAN, "mean, var = torch.var_mean(x, dim=-1, keepdim=True, correction=0)"), (VAR, "var")],
+        "torch.var_mean returns (var, mean)",
+    ),
+    "ln-eps-after-division": (LN, [(NORMALISED, "normalised = (x - mean) / torch.sqrt(var) + self.eps")], "added after the division"),
+    "ln-bias-before-scale": (LN, [(AFFINE, "return (normalised + self.bias) * self.weight")], "bias is added before the scale"),
+    "ln-divided-by-norm": (
+        LN, [(NORMALISED, "normalised = (x - mean) / ((x - mean).norm(dim=-1, keepdim=True) + self.eps)")], "norm of x - mean",
+    ),
+    "ln-variance-formula": (LN, [(VAR, "(x ** 2).mean(dim=-1, keepdim=True) - mean")], "divided by the wrong amount"),
+    "ln-float32-inside": (LN, [(MEAN, "x = x.float()\n        " + MEAN)], "ran in float32"),
     "block-post-ln": (
         BLOCK,
         [(ATTN, "x = self.norm_before_attn(x + self.attention(x))"), (MLP, "x = self.norm_before_mlp(x + self.mlp(x))")],
@@ -60,6 +82,18 @@ MISTAKES = {
         "in parallel",
     ),
     "block-in-place": (BLOCK, [("x = x + self.attention", "x += self.attention"), ("x = x + self.mlp", "x += self.mlp")], "in place"),
+    "block-final-norm-inside": (BLOCK, [("return x", "return self.norm_before_mlp(x)")], "calls norm_before_mlp (the norm before the MLP) 2 times"),
+    "block-returns-input": (
+        BLOCK, [(ATTN, "h = x + self.attention(self.norm_before_attn(x))"), (MLP, "h = h + self.mlp(self.norm_before_mlp(h))")],
+        "returns exactly its own input x",
+    ),
+    "block-dropout": (BLOCK, [(ATTN, "x = x + F.dropout(self.attention(self.norm_before_attn(x)), 0.1)")], "not deterministic"),
+    "block-attention-over-the-batch": (
+        BLOCK,
+        [(ATTN, "x = x + self.attention(self.norm_before_attn(x).reshape(1, -1, x.shape[-1])).reshape(x.shape)")],
+        "the batch elements are mixed",
+    ),
+    "block-mlp-subtracted": (BLOCK, [(MLP, "x = x - self.mlp(self.norm_before_mlp(x))")], "minus 2 × the output of mlp"),
     "block-normalised-outputs": (
         BLOCK,
         [
@@ -98,10 +132,6 @@ ALTERNATIVES = {
         mean = x.mean(-1, keepdim=True)
         var = (x * x).mean(-1, keepdim=True) - mean * mean
         return self.weight * (x - mean) / (var + self.eps) ** 0.5 + self.bias
-'''},
-    "ln-fused": {LN: LN_INIT + '''
-    def forward(self, x):
-        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
 '''},
     "block-named-steps": {BLOCK: BLOCK_INIT + '''
     def forward(self, x):
@@ -151,4 +181,7 @@ def test_interfaces_and_parameter_counts():
 
 
 class TestCatalogue(CatalogueTests):
-    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)
+    catalogue = Catalogue(
+        A, MISTAKES, ALTERNATIVES,
+        requirements={LN: {"Do not call `nn.LayerNorm` or `F.layer_norm`": ["ln-fused-layer-norm", "ln-nn-layernorm"]}},
+    )

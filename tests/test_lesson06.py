@@ -15,6 +15,7 @@ ARANGE = "torch.arange(T, device=x.device)"
 LM_ARANGE = "torch.arange(T, device=input_ids.device)"
 EMBED = "x = self.word_to_embedding(input_ids) + self.pos_to_embedding(positions)"
 RETURN = "return self.lm_head(x)"
+POS_RETURN = "return x + pos_to_embedding(positions)"
 
 # name -> (exercise, edits of the solution, words the feedback must contain)
 MISTAKES = {
@@ -32,6 +33,13 @@ MISTAKES = {
         "do not restart for each sequence",
     ),
     "pos-multiplied": (POS, [("x + pos_to_embedding", "x * pos_to_embedding")], "multiplied"),
+    "pos-float-positions": (POS, [(ARANGE, "torch.arange(T, device=x.device, dtype=x.dtype)")], "not integers"),
+    "pos-last-rows": (POS, [(POS_RETURN, "return x + pos_to_embedding.weight[-T:]")], "but not rows 0 ... T-1"),
+    "pos-row-T-everywhere": (POS, [(ARANGE, "torch.tensor(T, device=x.device)")], "rows [5, 5, 5, 5, 5]"),
+    "pos-T-from-last-dim": (POS, [("T = x.shape[-2]", "T = x.shape[-1]")], "x.shape[-1], which is C"),
+    "pos-arange-1-T": (POS, [(ARANGE, "torch.arange(1, T, device=x.device)")], "only T - 1 positions"),
+    "pos-subtracted": (POS, [(POS_RETURN, "return x - pos_to_embedding(positions)")], "sign flipped"),
+    "pos-extra-batch-axis": (POS, [(POS_RETURN, POS_RETURN + ".unsqueeze(0)")], "extra axis of size 1"),
     "lm-no-length-check": (LM, [("if T > self.config.max_len:", "if False:")], "check the length yourself"),
     "lm-length-check-off-by-one": (LM, [("if T > self.config.max_len:", "if T >= self.config.max_len:")], "not >="),
     "lm-vague-error": (
@@ -49,6 +57,23 @@ MISTAKES = {
     ),
     "lm-softmax": (LM, [(RETURN, "return torch.softmax(self.lm_head(x), dim=-1)")], "returned probabilities"),
     "lm-embedding-as-head": (LM, [(RETURN, "return x @ self.word_to_embedding.weight.T")], "instead of calling lm_head"),
+    "lm-assert-length": (LM, [("if T > self.config.max_len:", "assert T <= self.config.max_len\n        if False:")], "check the length yourself"),
+    "lm-dropout": (LM, [(EMBED, EMBED + "\n        x = F.dropout(x, 0.1)")], "not deterministic"),
+    "lm-first-layer-repeated": (
+        LM, [("for layer in self.layers:", "for _ in self.layers:"), ("x = layer(x)", "x = self.layers[0](x)")],
+        "layers.1 was never called",
+    ),
+    "lm-positions-from-token-table": (
+        LM, [(EMBED, "x = self.word_to_embedding(input_ids) + self.word_to_embedding(positions)")],
+        "pos_to_embedding was never called",
+    ),
+    "lm-scaled-token-embeddings": (
+        LM, [("self.word_to_embedding(input_ids) +", "self.word_to_embedding(input_ids) * self.config.emb_dim ** 0.5 +")],
+        "× the token embeddings",
+    ),
+    "lm-extra-residual": (LM, [("x = layer(x)", "x = x + layer(x)")], "plus the input of layers.0"),
+    "lm-final-norm-every-layer": (LM, [("x = layer(x)", "x = self.final_norm(layer(x))"), ("x = self.final_norm(x)", "pass")], "input of layers.1"),
+    "lm-flat-logits": (LM, [(RETURN, "return self.lm_head(x).view(B * T, -1)")], "only the final reshape/view is wrong"),
 }
 
 LM_INIT = '''
@@ -161,4 +186,4 @@ def test_untrained_loss_is_near_uniform():
 
 
 class TestCatalogue(CatalogueTests):
-    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, requirements={POS: {"do not modify `x`": ["pos-in-place"]}})

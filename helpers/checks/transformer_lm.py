@@ -11,7 +11,7 @@ what kind of error, and what the others return. The reference is imported inside
 
 from __future__ import annotations
 
-import functools
+import copy
 import math
 import re
 from dataclasses import dataclass
@@ -19,19 +19,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from helpers.checks.core import Check, CheckFailed, close, describe, first_mismatch
+from helpers.checks.core import CheckFailed, close, describe, first_mismatch
+from helpers.checks.diagnose import case_sizes, diagnose, explain_exception, first_divergence, trace
+from helpers.checks.transformer_layer import precision_lost, visible_and_hidden
 
-
-def _keeps_rng(half):
-    """Run a probe or a judge without touching the global random state: building modules draws
-    random numbers, and a check must not change what the rest of the notebook computes."""
-
-    @functools.wraps(half)
-    def wrapped(argument):
-        with torch.random.fork_rng(devices=[]):
-            return half(argument)
-
-    return wrapped
+# Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
+# modules here draws random numbers without moving the notebook's.
+#: what diagnose establishes that is worth more than the plain comparison
+_WEAK = ("generic", "rule_localised")
 
 
 def _ref():
@@ -40,14 +35,29 @@ def _ref():
     return transformer_lm
 
 
-def _error(exc: BaseException) -> dict:
-    return {"error": f"{type(exc).__name__}: {exc}"[:600], "kind": type(exc).__name__}
+def _error(exc: BaseException, sizes: dict[str, int]) -> dict:
+    """An exception of the student's code as data: its text, its kind, and what it means."""
+    plain = f"{type(exc).__name__}: {exc}"[:600]
+    explained = explain_exception(exc, sizes=sizes)
+    if "'indices' to have one of the following scalar types" in plain:
+        explained = (
+            "An embedding looks its rows up by integer index, and the positions given to it are not "
+            "integers: torch.arange(T) makes int64 positions; a dtype= of a float type makes them "
+            f"floats.\n{explained}"
+        )
+    return {"error": plain, "kind": type(exc).__name__, "explained": explained[:1500]}
+
+
+def _raised(here: str, got: dict) -> str:
+    """The message for an error of the student's code that no catalogued mistake explains."""
+    explained = got.get("explained") if isinstance(got.get("explained"), str) else got.get("error")
+    return f"{here} raised an error. {explained}"
 
 
 def _same_behaviour(got, wanted, tol: float) -> bool:
     """``got`` (student data: a tensor or an error dict) behaves like ``wanted`` (tensor or exception)."""
-    if isinstance(wanted, BaseException):
-        return isinstance(got, dict) and got.get("kind") == type(wanted).__name__
+    if isinstance(wanted, BaseException):  # the same error, word for word (not just the same kind)
+        return isinstance(got, dict) and got.get("error") == f"{type(wanted).__name__}: {wanted}"[:600]
     return isinstance(got, torch.Tensor) and got.shape == wanted.shape and close(wanted, got, tol, tol)
 
 
@@ -62,10 +72,6 @@ def _outcome(value) -> str:
     if isinstance(value, dict) and "error" in value:
         return f"raised {value['error']}"
     return f"returned {describe(value)}"
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,16 +112,55 @@ def _probe_positions(cases):
                 pos_to_embedding.weight.copy_(table)
             x_before = x.clone()
             try:
-                with torch.no_grad():
+                with torch.no_grad(), case_sizes(_pos_sizes(batch, T, C)):
                     result = add_position_embeddings(x, pos_to_embedding)
             except NotImplementedError:
                 raise  # not answered yet: the grader says so
             except Exception as exc:  # noqa: BLE001 - the judge reads the error as evidence
-                result = _error(exc)
+                result = _error(exc, _pos_sizes(batch, T, C))
             runs.append({"result": result, "x_changed": not torch.equal(x_before, x)})
         return {"runs": runs}
 
-    return _keeps_rng(probe)
+    return probe
+
+
+def _pos_sizes(batch, T, C) -> dict[str, int]:
+    return {**({"B": batch[0]} if batch else {}), "T": T, "C": C}
+
+
+def _rows_added(x: torch.Tensor, got: torch.Tensor, table: torch.Tensor, tol: float) -> str | None:
+    """When every vector added to x is one row of the table: which row, at which position."""
+    added = (got.double() - x).reshape(-1, x.shape[-2], x.shape[-1])  # (B or 1, T, C)
+    found = torch.isclose(added[:, :, None, :], table[None, None], atol=tol, rtol=tol).all(dim=-1)  # (B, T, max_len)
+    if not found.any(dim=-1).all():
+        return None
+    rows = found.double().argmax(dim=-1)  # (B, T): the first row that matches
+    shown = [f"{rows[b].tolist()}" for b in range(rows.shape[0])]
+    each = f"at positions 0 ... {x.shape[-2] - 1} rows {shown[0]}"
+    if len(set(shown)) > 1:
+        each = "; ".join(f"in sequence {b}, rows {s}" for b, s in enumerate(shown[:3])) + ("; ..." if len(shown) > 3 else "")
+    return (
+        f"the vectors your function adds to x are rows of the table, but not rows 0 ... T-1: {each} "
+        "(position t needs row t, the same rows for every sequence of the batch)"
+    )
+
+
+def _pos_mismatch(what: str, x, got, expected, table, tol, sizes) -> str:
+    """The message for a wrong tensor of the right shape: which table rows were added, or what
+    the added part (output - x), or the rest (output - positions), establishes."""
+    axes = (*("B" * (x.dim() - 2)), "T", "C")
+    rows = _rows_added(x, got, table, tol)
+    if rows:
+        return f"{what}: {rows}. Evidence: {first_mismatch(expected, got, tol, tol)}."
+    kinds = {"atol": tol, "rtol": tol, "axes": axes, "sizes": sizes, "dtype": expected.dtype}
+    positions = expected - x  # (B, T, C): each sequence's position embeddings
+    for part, want, have in (("the part added to x, output - x", positions, got.double() - x),
+                             ("the output minus the position embeddings (which should be x itself)", x,
+                              got.double() - positions)):
+        rule, message = diagnose(want, have, what="PART", **kinds)
+        if rule not in _WEAK:
+            return f"{what}: {part}: {message.removeprefix('PART: ')}"
+    return diagnose(expected, got, what=what, **kinds)[1]
 
 
 def position_variants(x: torch.Tensor, table: torch.Tensor) -> dict[str, object]:
@@ -135,6 +180,10 @@ def position_variants(x: torch.Tensor, table: torch.Tensor) -> dict[str, object]
         "T is x.shape[-2], for (T, C) and (B, T, C) alike": lambda: x + emb(torch.arange(x.shape[0])),
         "you took T from x.shape[1], which is C for a single sequence (T, C): T is x.shape[-2], "
         "for (T, C) and (B, T, C) alike": lambda: x + emb(torch.arange(x.shape[1])),
+        "you took T from x.shape[-1], which is C: T is x.shape[-2], the second to last dimension": lambda: x
+        + emb(torch.arange(C)),
+        "torch.arange(1, T) has only T - 1 positions, 1 ... T-1: the positions are torch.arange(T), "
+        "0 ... T-1": lambda: x + emb(torch.arange(1, T)),
         "the positions do not restart for each sequence of the batch: you numbered the B*T rows of "
         "the flattened batch 0 ... B*T-1; every sequence needs positions 0 ... T-1, the same (T, C) "
         "embeddings broadcast over the batch": across_batch,
@@ -184,31 +233,27 @@ def _judge_positions(cases):
                 if all(_same_behaviour(r.get("result"), by_seed[c[0]], tolerances[c[0]]) for c, r in zip(cases, runs, strict=True)):
                     raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
             if isinstance(got, dict) and "error" in got:
-                raise CheckFailed(f"{what} raised {got['error']}")
+                raise CheckFailed(_raised(what, got))
+            seed, batch, T, C, max_len, dtype = case
             if not isinstance(got, torch.Tensor) or got.shape != wanted.shape:
                 raise CheckFailed(
-                    f"{what} should return {tuple(wanted.shape)}, the shape of x; it {_outcome(got)}. "
-                    "The (T, C) position embeddings broadcast over the batch: x + pos works for "
-                    "(T, C) and (B, T, C) alike."
+                    diagnose(wanted, got, what=what, atol=tol, rtol=tol, sizes=_pos_sizes(batch, T, C))[1]
+                    + " The (T, C) position embeddings broadcast over the batch: x + pos works for (T, C) "
+                    "and (B, T, C) alike."
                 )
-            raise CheckFailed(f"{what} differs from x + pos_to_embedding(0 ... T-1). Evidence: {evidence}.")
+            table, x = _pos_inputs(seed, batch, T, C, max_len, dtype)
+            raise CheckFailed(_pos_mismatch(what, x.double(), got, wanted, table.double(), tol, _pos_sizes(batch, T, C)))
         shapes = ", ".join(f"{(*c[1], c[2], c[3])} with max_len {c[4]}" for c in cases)
         return (
             f"add_position_embeddings: x of shape {shapes}: positions 0 ... T-1 (up to T = max_len), "
             "the same for every sequence of the batch, x untouched."
         )
 
-    return _keeps_rng(judge)
+    return judge
 
 
-check_position_embeddings = Check(
-    "check_position_embeddings", _probe_positions(POS_CASES), _judge_positions(POS_CASES)
-)
-check_position_embeddings_hidden = Check(
-    "check_position_embeddings_hidden",
-    _probe_positions(POS_HIDDEN_CASES),
-    _judge_positions(POS_HIDDEN_CASES),
-    hidden=True,
+check_position_embeddings, check_position_embeddings_hidden = visible_and_hidden(
+    "check_position_embeddings", _probe_positions, _judge_positions, POS_CASES, POS_HIDDEN_CASES
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -229,6 +274,8 @@ class ProbeConfig:
     tie_weights: bool = True
     bare_bones: bool = False
     final_norm: bool = True
+    attn_bias: bool = False  # lesson 10's GPT-2 options: the checks here keep the defaults
+    activation: str = "relu"
 
 
 # (seed, Config fields, dtype, B, T)
@@ -295,27 +342,40 @@ def _probe_lm(cases):
             model.eval()
             ids, full, long, replacement = _lm_ids(seed, config.n_vocab, B, T, config.max_len)
             run: dict = {"shapes": shapes}
-            with torch.no_grad():
-                for key, inputs in (("out", ids), ("single", ids[0]), ("full", full), ("long", long)):
-                    try:
-                        run[key] = model(inputs)
-                    except NotImplementedError:
-                        raise  # not answered yet: the grader says so
-                    except Exception as exc:  # noqa: BLE001 - errors are evidence here
-                        run[key] = _error(exc)
-                leaks = []
-                for j in range(1, T):
-                    changed = ids.clone()
-                    changed[:, j] = replacement[:, j]
-                    try:
-                        leaks.append(model(changed))
-                    except Exception as exc:  # noqa: BLE001
-                        leaks.append(_error(exc))
-                run["leaks"] = leaks
+            sizes = _lm_sizes(config, B, T)
+
+            def call(inputs, model=model, sizes=sizes):
+                here = {**sizes, "T": inputs.shape[-1]} if inputs.dim() == 2 else {"T": inputs.shape[-1], "V": sizes["V"]}
+                try:
+                    with torch.no_grad(), case_sizes(here):
+                        return model(inputs)
+                except NotImplementedError:
+                    raise  # not answered yet: the grader says so
+                except Exception as exc:  # noqa: BLE001 - errors are evidence here
+                    return _error(exc, here)
+
+            for key, inputs in (("out", ids), ("single", ids[0]), ("full", full), ("long", long)):
+                run[key] = call(inputs)
+            run["again"] = call(ids)  # the same input once more: deterministic?
+            run["alone"] = [call(ids[b : b + 1]) for b in range(B)]  # each sequence as a batch of one
+            leaks = []
+            for j in range(1, T):
+                changed = ids.clone()
+                changed[:, j] = replacement[:, j]
+                leaks.append(call(changed))
+            run["leaks"] = leaks
+            if isinstance(run["out"], torch.Tensor):  # what each submodule received and returned
+                run["steps"] = trace(model, ids, with_inputs=True)
             runs.append(run)
         return {"runs": runs}
 
-    return _keeps_rng(probe)
+    return probe
+
+
+def _lm_sizes(config, B: int, T: int) -> dict[str, int]:
+    """The case's sizes by legend letter."""
+    return {"B": B, "T": T, "C": config.emb_dim, "V": config.n_vocab, "nh": config.n_heads,
+            "hs": config.head_dim, "H": config.n_hidden}
 
 
 MULTI_LAYER = (
@@ -401,6 +461,33 @@ def lm_variants(model, inputs: dict[str, torch.Tensor]) -> dict[str, dict[str, o
     }
 
 
+def _lm_mismatch(model, ids, expected, got, run, here, tol, key, cfg, dtype) -> str:
+    """The message for logits that no catalogued mistake explains: what the logits establish, and
+    for the batch, the first submodule whose input or output departs from the reference's."""
+    B, T = (1, *ids.shape) if ids.dim() == 1 else ids.shape
+    diagnosis = {"what": here, "atol": tol, "rtol": tol, "sizes": _lm_sizes(cfg, B, T), "dtype": dtype,
+                 "axes": ("T", "V") if ids.dim() == 1 else ("B", "T", "V")}
+    if key == "out":
+        diagnosis.update(again=run.get("again"), alone=run.get("alone"))
+    rule, message = diagnose(expected, got, **diagnosis)
+    steps = run.get("steps")
+    if rule not in _WEAK or key != "out" or not isinstance(steps, dict):
+        return message
+    lost = precision_lost(expected, got, here, dtype, tol, lambda: copy.deepcopy(model).float()(ids))
+    if lost:
+        return lost
+    with torch.no_grad():
+        ours = trace(model, ids, with_inputs=True)
+        tokens = model.word_to_embedding(ids)  # (B, T, C)
+        known = {"the token embeddings": tokens,
+                 "the position embeddings": model.pos_to_embedding(torch.arange(T)).expand_as(tokens)}
+    inside = first_divergence(steps, ours, tol, tol, known=known) or (
+        "every submodule received and returned what the reference's did, so the difference comes from "
+        f"forward's own arithmetic after the last call. Evidence: {first_mismatch(expected, got, tol, tol)}."
+    )
+    return f"{message.partition(' Evidence: ')[0].rstrip('.')}. Inside the model, {inside}"
+
+
 def _judge_lm(cases):
     def judge(data: dict) -> str:
         runs = data.get("runs")
@@ -453,13 +540,8 @@ def _judge_lm(cases):
                             "positions run 0 ... max_len-1. Raise only when T > max_len (not >=)."
                         )
                     if isinstance(got, dict) and "error" in got:
-                        raise CheckFailed(f"{here} raised {got['error']}")
-                    if isinstance(got, torch.Tensor) and got.shape != wanted.shape:
-                        raise CheckFailed(
-                            f"{here} should return logits of shape {tuple(wanted.shape)} (B, T, n_vocab); "
-                            f"got {tuple(got.shape)}."
-                        )
-                    raise CheckFailed(f"{here} differs from the reference. Evidence: {evidence}.")
+                        raise CheckFailed(_raised(here, got))
+                    raise CheckFailed(_lm_mismatch(model, inputs[key], wanted, got, run, here, tol, key, cfg, dtype))
             long = run.get("long")
             L = cfg.max_len + 1
             here = f"{what} on input_ids of shape ({B}, {L}), longer than max_len = {cfg.max_len}"
@@ -467,9 +549,9 @@ def _judge_lm(cases):
                 raise CheckFailed(f"{here} {_outcome(long)}; it must raise a ValueError naming both lengths.")
             if long.get("kind") != "ValueError":
                 raise CheckFailed(
-                    f"{here} raised {long['error']}: check the length yourself before the lookup and raise "
-                    f"a ValueError that names both lengths ({L} and {cfg.max_len}), so the user knows what "
-                    "went wrong."
+                    f"{here}: check the length yourself before the lookup and raise a ValueError that names "
+                    f"both lengths ({L} and {cfg.max_len}), so the user knows what went wrong. What it "
+                    f"raised instead: {long['error']}"
                 )
             message = long["error"].split(":", 1)[-1]
             numbers = {int(n) for n in re.findall(r"\d+", message)}
@@ -499,10 +581,9 @@ def _judge_lm(cases):
             "moves when a later token changes."
         )
 
-    return _keeps_rng(judge)
+    return judge
 
 
-check_transformer_lm = Check("check_transformer_lm", _probe_lm(LM_CASES), _judge_lm(LM_CASES))
-check_transformer_lm_hidden = Check(
-    "check_transformer_lm_hidden", _probe_lm(LM_HIDDEN_CASES), _judge_lm(LM_HIDDEN_CASES), hidden=True
+check_transformer_lm, check_transformer_lm_hidden = visible_and_hidden(
+    "check_transformer_lm", _probe_lm, _judge_lm, LM_CASES, LM_HIDDEN_CASES
 )
