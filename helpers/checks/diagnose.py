@@ -457,16 +457,17 @@ def _name_factor(factor: float, sizes: dict[str, int] | None) -> tuple[str, str]
     found = [(expr, v) for expr, v in candidates if abs(factor - v) <= 1e-3 * abs(v)]
     if not found:
         return None
-    expr, v = found[0]
-    if expr == "-1":
-        return expr, "the sign is flipped (a subtraction the wrong way round, or a stray minus)"
-    if expr.startswith("1/"):
-        base = expr[2:]
-        return expr, (
-            f"the output is divided by {base} once too often (or a multiplication by {base} is "
-            "missing)"
+    names = [expr for expr, _ in found]  # 2 is also sqrt(C) when C = 4: name every reading, assert none
+    label = " = ".join(names)
+    if names[0] == "-1":
+        return label, "the sign is flipped (a subtraction the wrong way round, or a stray minus)"
+    if names[0].startswith("1/") or names[0] == "1/2":
+        bases = " or ".join(n[2:] if n.startswith("1/") else f"1/({n})" for n in names)
+        return label, (
+            f"the output is divided by {bases} once too often (or a multiplication by it is missing)"
         )
-    return expr, f"the output is missing a division by {expr} (or has an extra multiplication by it)"
+    bases = " or ".join(names)
+    return label, f"the output is missing a division by {bases} (or has an extra multiplication by it)"
 
 
 def rule_factor(c: _Case) -> str | None:
@@ -486,8 +487,9 @@ def rule_factor(c: _Case) -> str | None:
             )
         if named:
             expr, reason = named
+            value = "" if _num(factor) in expr.split(" = ") else f" = {_num(factor)}"
             return (
-                f"the output is off by a constant factor {expr} = {_num(factor)} everywhere "
+                f"the output is off by a constant factor {expr}{value} everywhere "
                 f"(got = {expr} × expected): {reason}. Evidence: {c.evidence()}."
             )
         return (
@@ -974,6 +976,28 @@ def _meaning(exc: BaseException, sizes, values=()) -> str | None:
         return (
             "An embedding lookup (or index_select) got an index at least as large as its number of rows: "
             f"token ids must lie in 0 … V - 1{vocab}, and positions in 0 … (context length) - 1.{found}"
+        )
+    m = re.search(r"argument '(\w+)' \(position \d+\) must be Tensor, not (\w+)", text)
+    if m:
+        arg, kind = m.groups()
+        return (
+            f"A torch function got a Python {kind} where it needs a tensor (its argument {arg!r}): "
+            "torch.sqrt, torch.exp, torch.log … take tensors only. For a plain number use math.sqrt, "
+            "math.exp …, or put the number inside the tensor expression (torch.sqrt(var + eps))."
+        )
+    if "received an invalid combination of arguments" in text:
+        called = re.search(r"^(\S+?)\(\) received", text)
+        fn = called.group(1) if called else "the function"
+        return (
+            f"{fn} was called with arguments it does not take together (PyTorch lists the forms it accepts "
+            "below): for instance keepdim=True needs a dim= too, and a dim must be an int or a tuple of ints."
+        )
+    m = re.search(r"missing (\d+) required positional arguments?: (.+)$", text, re.M)
+    if m:
+        return (
+            f"The call left out {m.group(2)}: PyTorch cannot guess it. For softmax, say along which axis "
+            "the probabilities must sum to 1 (dim=-1: over the last axis)."
+            if '"dim"' in m.group(2) or "'dim'" in m.group(2) else f"The call left out {m.group(2)}."
         )
     m = re.search(r"not enough values to unpack \(expected (\d+), got (\d+)\)", text) or re.search(
         r"too many values to unpack \(expected (\d+)(?:, got (\d+))?\)", text
