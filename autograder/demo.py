@@ -35,7 +35,17 @@ MISTAKES = {
         "gus-no-scaling": {"attention-head": [(" / math.sqrt(self.head_dim)", "")]},
         "hana-finite-mask": {"causal-mask": [('float("-inf")', "-1e9")]},
         "ivo-in-place": {"causal-mask": [("return scores.masked_fill(future,", "return scores.masked_fill_(future,")]},
-    }
+    },
+    "09-fast-generation": {
+        # the new queries' causal mask starts at key 0: a one-token decode step sees only the first key
+        "pia-cache-mask-not-offset": {"cached-attention": [("dtype=torch.bool, device=x.device).tril(diagonal=T_past)",
+                                                            "dtype=torch.bool, device=x.device).tril()")]},
+    },
+    "10-gpt2": {
+        # GPT-2's Conv1D stores c_attn as (in, out): split without transposing, it loads silently and computes nonsense
+        "quin-c-attn-not-transposed": {"load-gpt2": [("linear.weight.copy_(qkv_weight[k * C : (k + 1) * C])",
+                                                      'linear.weight.copy_(state_dict[h + "attn.c_attn.weight"][:, k * C : (k + 1) * C])')]},
+    },
 }
 
 # student -> what they handed in, for every assignment

@@ -438,3 +438,103 @@ def shakespeare_dataset(
     vocab = CharVocab.from_text(text)
     train, val = train_val_split(vocab.encode(text), train_fraction)
     return CharDataset(vocab=vocab, train=train, val=val)
+
+
+# --------------------------------------------------------------------------------------------
+# GPT-2 small's published files (lesson 10)
+# --------------------------------------------------------------------------------------------
+
+GPT2_ENV_VAR = "TRANSFORMER_COURSE_GPT2"
+GPT2_REVISION = "607a30d783dfa663caf39e06633721c8d4cfcd7e"  # of huggingface.co/openai-community/gpt2
+GPT2_URL = f"https://huggingface.co/openai-community/gpt2/resolve/{GPT2_REVISION}/{{name}}"
+#: the published files and their SHA-256 checksums (pytorch_model.bin, accepted from a folder, is not checked)
+GPT2_SHA256 = {
+    "model.safetensors": "248dfc3911869ec493c76e65bf2fcf7f615828b0254c12b473182f0f81d3a707",
+    "vocab.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    "merges.txt": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+}
+
+
+@dataclass(frozen=True)
+class GPT2Files:
+    """Where GPT-2 small's weights, vocabulary and merges are on this machine."""
+
+    weights: pathlib.Path  # model.safetensors (or pytorch_model.bin from a folder you chose)
+    vocab: pathlib.Path  # vocab.json
+    merges: pathlib.Path  # merges.txt
+
+
+def _gpt2_in_folder(folder: pathlib.Path, where: str, check: bool) -> GPT2Files:
+    """The three files in ``folder``, each with the right checksum, or one clear error."""
+    weights = folder / "model.safetensors"
+    if not weights.is_file() and (folder / "pytorch_model.bin").is_file():
+        weights = folder / "pytorch_model.bin"
+    missing = [p.name for p in (weights, folder / "vocab.json", folder / "merges.txt") if not p.is_file()]
+    if missing:
+        raise DataUnavailableError(
+            f"{where} points to the folder {folder}, but it has no {', '.join(missing)}. It must hold "
+            "model.safetensors (or pytorch_model.bin), vocab.json and merges.txt, the files of "
+            f"{GPT2_URL.format(name='')}."
+        )
+    for path in (weights, folder / "vocab.json", folder / "merges.txt"):
+        expected = GPT2_SHA256.get(path.name)
+        if check and expected is not None and _sha256_of(path) != expected:
+            raise DataUnavailableError(
+                f"{where}: {path} has the wrong SHA-256 checksum (expected {expected}). It is not GPT-2 "
+                "small's published file, or it is damaged; replace it, or pass sha256=False."
+            )
+    return GPT2Files(weights, folder / "vocab.json", folder / "merges.txt")
+
+
+def gpt2_files(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    download: bool = True,
+    progress: bool = True,
+    sha256: bool = True,
+    timeout: float = DOWNLOAD_TIMEOUT_S,
+) -> GPT2Files:
+    """GPT-2 small's files, verified, downloading them once (about 550 MB) if need be.
+
+    Tried in this order; the first that applies wins:
+
+    1. ``path``: a folder holding model.safetensors (or pytorch_model.bin), vocab.json, merges.txt;
+    2. the environment variable ``TRANSFORMER_COURSE_GPT2`` (a folder, same rule);
+    3. the cache, ``default_cache_dir() / "gpt2"``, if every file there has the right checksum;
+    4. downloading the missing or damaged files into the cache (unless ``download=False``).
+
+    Raises ``DataUnavailableError`` with what was tried and how to fix it.
+    """
+    if path is not None:
+        return _gpt2_in_folder(pathlib.Path(path).expanduser(), "The path given", sha256)
+    env_value = os.environ.get(GPT2_ENV_VAR)
+    if env_value:
+        return _gpt2_in_folder(pathlib.Path(env_value).expanduser(), f"{GPT2_ENV_VAR}={env_value}", sha256)
+    cache = (pathlib.Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / "gpt2"
+    wanted = {name: cache / name for name in GPT2_SHA256}
+    bad = [name for name, p in wanted.items() if not p.is_file() or (sha256 and _sha256_of(p) != GPT2_SHA256[name])]
+    attempt = "downloading was not tried (download=False)"
+    if bad and download:
+        try:
+            for name in bad:
+                _download(GPT2_URL.format(name=name), wanted[name], GPT2_SHA256[name] if sha256 else None,
+                          progress=progress, timeout=timeout)
+            bad = []
+        except (OSError, http.client.HTTPException, ValueError, DataUnavailableError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            attempt = f"downloading {GPT2_URL.format(name=name)} failed: {type(exc).__name__}: {reason}"
+    if not bad:
+        return GPT2Files(wanted["model.safetensors"], wanted["vocab.json"], wanted["merges.txt"])
+    raise DataUnavailableError(
+        "Could not get GPT-2 small's files (model.safetensors, vocab.json, merges.txt).\n"
+        "Tried:\n"
+        "  * an explicit folder: none given\n"
+        f"  * the environment variable {GPT2_ENV_VAR}: not set\n"
+        f"  * the cache {cache}: {', '.join(bad)} missing or damaged\n"
+        f"  * {attempt}\n"
+        "To fix it, do one of these:\n"
+        f"  * on a machine with internet access, run gpt2_files() once: it fills {cache}\n"
+        f"  * or download the three files of {GPT2_URL.format(name='')} into one folder and\n"
+        f"    export {GPT2_ENV_VAR}=/path/to/that/folder (pytorch_model.bin may replace model.safetensors)"
+    )

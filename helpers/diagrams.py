@@ -308,3 +308,97 @@ def draw_head_split(B: int, T: int, nh: int, hs: int, ax=None):
     ax.set_title(f"Splitting (B, T, nh·hs) = ({B}, {T}, {C}) into nh = {nh} heads of hs = {hs}, "
                  f"and merging them back (one sequence of the batch shown)", fontsize=10.5)
     return fig, ax
+
+
+def draw_kv_cache(T_prompt: int, n_steps: int, ax=None):
+    """How a KV cache grows during generation: one row per forward pass, one column per position.
+
+    Row 0 is the prompt (``T_prompt`` positions, all computed); row s (1 ... ``n_steps``) adds one
+    generated position. In each row, cells computed in that pass (their query, key and value) are
+    orange and labelled "new"; cells whose key and value are read from the cache are blue and
+    labelled "K,V". The query whose logits choose the next token is marked with a triangle.
+    """
+    for name, value in (("T_prompt", T_prompt), ("n_steps", n_steps)):
+        if int(value) != value or value < (1 if name == "T_prompt" else 0):
+            raise ValueError(f"{name} must be a positive integer (n_steps may be 0), got {value!r}")
+    T_prompt, n_steps = int(T_prompt), int(n_steps)
+    total = T_prompt + n_steps
+    size = min(0.7, 9.0 / total)
+    rows = n_steps + 1
+    fig, ax = _new_axes(ax, (max(7.0, total * size + 3.5), max(2.6, rows * size + 1.8)))
+    ax.set_xlim(-2.8, total * size + 0.4)
+    ax.set_ylim(-rows * size - 0.9, 0.9)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    new_colour, cached_colour = HEAD_COLOURS[5], HEAD_COLOURS[0]
+    for r in range(rows):
+        known = T_prompt + r  # positions that exist after this pass
+        first_new = 0 if r == 0 else known - 1
+        y = -(r + 1) * size
+        for c in range(known):
+            fresh = c >= first_new
+            ax.add_patch(Rectangle((c * size, y), size, size, facecolor=new_colour if fresh else cached_colour,
+                                   alpha=0.85 if fresh else 0.45, edgecolor="white", linewidth=1.0))
+            if size >= 0.45:
+                ax.text((c + 0.5) * size, y + size / 2, "new" if fresh else "K,V", ha="center", va="center",
+                        fontsize=7, color="black")
+        ax.plot([(known - 0.5) * size], [y + size * 0.12], marker="^", color="black", markersize=5)
+        label = f"prompt: {T_prompt} positions" if r == 0 else f"step {r}: 1 new, {known - 1} cached"
+        ax.text(-0.15, y + size / 2, label, ha="right", va="center", fontsize=8.5)
+    for c in range(total):
+        ax.text((c + 0.5) * size, 0.15, str(c), ha="center", va="bottom", fontsize=7.5)
+    ax.text(total * size / 2, 0.55, "position", ha="center", va="bottom", fontsize=9)
+    ax.add_patch(Rectangle((0, -rows * size - 0.75), size * 0.6, size * 0.4, facecolor=new_colour, alpha=0.85))
+    ax.text(size * 0.8, -rows * size - 0.55, "computed in this pass", va="center", fontsize=8.5)
+    ax.add_patch(Rectangle((total * size * 0.5, -rows * size - 0.75), size * 0.6, size * 0.4, facecolor=cached_colour,
+                           alpha=0.45))
+    ax.text(total * size * 0.5 + size * 0.8, -rows * size - 0.55, "keys and values read from the cache; "
+            "▲ the query whose logits pick the next token", va="center", fontsize=8.5)
+    ax.set_title(f"A KV cache: the prompt once, then one position per step ({T_prompt} + {n_steps} positions)",
+                 fontsize=10.5)
+    return fig, ax
+
+
+def draw_rotation(theta: float, query_position: int, key_position: int, shift: int, ax=None):
+    """RoPE on one pair of features: a query and a key turned by their positions, then all shifted.
+
+    A query pair and a key pair (two fixed unit vectors) are turned by ``query_position * theta``
+    and ``key_position * theta`` (solid arrows), then both positions move by ``shift`` (dashed
+    arrows): both turn further by ``shift * theta``, and the angle between them, which alone sets
+    their dot product, stays ``(key_position - query_position) * theta``. Angles in radians.
+    Returns ``(fig, ax)``; the title states both dot products.
+    """
+    import math
+
+    q0, k0 = (1.0, 0.25), (0.8, -0.45)
+
+    def turn(v, angle):
+        c, s = math.cos(angle), math.sin(angle)
+        return (v[0] * c - v[1] * s, v[0] * s + v[1] * c)
+
+    fig, ax = _new_axes(ax, (6.4, 6.0))
+    ax.set_xlim(-1.35, 1.35)
+    ax.set_ylim(-1.35, 1.35)
+    ax.set_aspect("equal")
+    ax.axhline(0, color="0.85", linewidth=0.8)
+    ax.axvline(0, color="0.85", linewidth=0.8)
+    ax.add_patch(Circle((0, 0), 1.03, fill=False, color="0.85", linestyle=":"))
+    dots = []
+    for moved, style in ((0, "-"), (shift, "--")):
+        q = turn(q0, (query_position + moved) * theta)
+        k = turn(k0, (key_position + moved) * theta)
+        dots.append(q[0] * k[0] + q[1] * k[1])
+        for vec, colour, name, pos in ((q, HEAD_COLOURS[0], "query", query_position), (k, HEAD_COLOURS[5], "key",
+                                                                                       key_position)):
+            ax.add_patch(FancyArrowPatch((0, 0), vec, arrowstyle="-|>", mutation_scale=14, color=colour,
+                                         linestyle=style, linewidth=1.8))
+            ax.text(vec[0] * 1.12, vec[1] * 1.12, f"{name}, position {pos + moved}", color=colour, fontsize=8.5,
+                    ha="center", va="center")
+    ax.set_axis_off()
+    ax.set_title(f"One RoPE pair, θ = {theta:g} rad per position: solid at positions {query_position} and "
+                 f"{key_position}, dashed {shift} later.\nDot product {dots[0]:.4f} before, {dots[1]:.4f} after: "
+                 "only the distance counts", fontsize=9.5)
+    return fig, ax
+
+
+__all__ += ["draw_kv_cache", "draw_rotation"]

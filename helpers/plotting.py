@@ -831,3 +831,149 @@ def plot_bars(labels, values, *, unit="", ax=None, title="", decimals=1):
     ax.grid(True, axis="x", color="0.9", linewidth=0.8)
     ax.set_axisbelow(True)
     return fig, ax
+
+
+def plot_series(x, series, *, xlabel="", ylabel="", vline=None, vline_label=None, ax=None, title="", logy=False):
+    """Several named curves on one axes: speed against context length, loss against position.
+
+    ``series``: a mapping from a label to N values (a tensor, array or list). ``x``: the N values
+    on the x axis shared by every curve, or a mapping with one x sequence per label (curves may
+    then have different lengths). ``vline``: an x value marked by a dashed vertical line, named
+    ``vline_label`` in the legend. ``logy``: a logarithmic y axis. Returns ``(fig, ax)``; the
+    curves are ``ax.get_lines()`` in the order of ``series``.
+    """
+    if not isinstance(series, Mapping) or not series:
+        raise ValueError("series must be a non-empty mapping from a label to a sequence of values")
+    fig, ax = _axes(ax, (8.0, 4.2))
+    for index, (label, values) in enumerate(series.items()):
+        ys = _to_numpy(values, f"series[{label!r}]").astype(float).reshape(-1)
+        xs = _to_numpy(x[label] if isinstance(x, Mapping) else x, "x").astype(float).reshape(-1)
+        if xs.size != ys.size or ys.size == 0:
+            raise ValueError(f"series {label!r} has {ys.size} values for {xs.size} x values")
+        ax.plot(xs, ys, color=_LINE_COLORS[index % len(_LINE_COLORS)], marker=_MARKERS[index % len(_MARKERS)],
+                markersize=3.5 if ys.size > 20 else 5.0, linewidth=1.6, label=str(label))
+    if vline is not None:
+        ax.axvline(float(vline), color="0.3", linestyle="--", linewidth=1.2, label=vline_label)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, color="0.9", linewidth=0.8)
+    ax.set_axisbelow(True)
+    ax.legend(frameon=False)
+    return fig, ax
+
+
+def plot_batch_mask(mask, real=None, *, suptitle=None):
+    """One attention mask per sequence of a batch, side by side: who may look at whom.
+
+    ``mask``: (B, T_q, T_k) booleans (or (B, 1, T_q, T_k)), True where query i may look at key j,
+    the last T_q of the T_k positions being the queries. ``real``: optional (B, T_k) booleans, True
+    at real tokens; padding columns are then labelled "pad". Visible cells are dark, hidden ones
+    light grey and hatched, as in ``plot_causal_mask``. Returns ``(fig, axes)``, one axes per row.
+    """
+    m = _to_numpy(mask, "mask")
+    if m.ndim == 4 and m.shape[1] == 1:
+        m = m[:, 0]
+    if m.ndim != 3 or 0 in m.shape:
+        raise ValueError(f"mask must have shape (B, T_q, T_k), got {_shape_str(m.shape)}")
+    m = m.astype(bool)
+    B, T_q, T_k = m.shape
+    r = None if real is None else _to_numpy(real, "real").astype(bool)
+    if r is not None and r.shape != (B, T_k):
+        raise ValueError(f"real must have shape (B, T_k) = ({B}, {T_k}), got {_shape_str(r.shape)}")
+    side = max(2.2, 0.42 * T_k + 1.2)
+    fig, axes = plt.subplots(1, B, figsize=(side * B, max(2.4, 0.42 * T_q + 1.6)), squeeze=False,
+                             layout="constrained")
+    axes = axes[0]
+    cmap = ListedColormap([MASKED_COLOR, VISIBLE_COLOR])
+    for b, ax in enumerate(axes):
+        ax.imshow(m[b].astype(int), cmap=cmap, vmin=0, vmax=1, aspect="equal")
+        _hatch_cells(ax, np.argwhere(~m[b]))
+        keys = [("pad" if r is not None and not r[b, j] else str(j)) for j in range(T_k)]
+        queries = [keys[T_k - T_q + i] for i in range(T_q)]
+        ax.set_xticks(range(T_k), keys, fontsize=8, rotation=90)
+        ax.set_yticks(range(T_q), queries, fontsize=8)
+        n_real = "" if r is None else f", {int(r[b].sum())} real tokens"
+        ax.set_title(f"row {b}{n_real}", fontsize=10)
+        ax.set_xlabel("key")
+        if b == 0:
+            ax.set_ylabel("query")
+    if suptitle:
+        fig.suptitle(suptitle + " (dark: may attend; grey, hatched: masked)")
+    return fig, axes
+
+
+__all__ += ["plot_batch_mask", "plot_series"]
+
+
+def plot_bpe_compression(merges, chars_per_token, *, ax=None, title="Characters per token against the number of merges"):
+    """How much byte-pair encoding compresses: characters per token after the first n merges.
+
+    ``merges``: N merge counts (x); ``chars_per_token``: N values > 0. Returns ``(fig, ax)``.
+    """
+    xs = _to_numpy(merges, "merges").astype(float).reshape(-1)
+    ys = _to_numpy(chars_per_token, "chars_per_token").astype(float).reshape(-1)
+    if xs.size != ys.size or xs.size == 0:
+        raise ValueError(f"merges and chars_per_token must have the same non-zero length, got {xs.size} and {ys.size}")
+    fig, ax = _axes(ax, (6.5, 4.0))
+    ax.plot(xs, ys, color=_LINE_COLORS[0], marker="o", markersize=3.5, linewidth=1.6)
+    ax.set(xlabel="merges learnt", ylabel="characters per token", title=title)
+    ax.set_ylim(0, max(ys.max() * 1.1, 1.1))
+    ax.grid(True, color="0.9", linewidth=0.8)
+    ax.set_axisbelow(True)
+    return fig, ax
+
+
+def plot_token_lengths(lengths, *, ax=None, title="How long the tokens are"):
+    """Histogram of token lengths in bytes, one series per vocabulary.
+
+    ``lengths``: a mapping from a label to a sequence of lengths (ints >= 1). Returns ``(fig, ax)``.
+    """
+    if not isinstance(lengths, Mapping) or not lengths:
+        raise ValueError("lengths must be a non-empty mapping from a label to a sequence of lengths")
+    series = {str(k): _to_numpy(v, f"lengths[{k!r}]").astype(int).reshape(-1) for k, v in lengths.items()}
+    longest = max(int(v.max()) for v in series.values() if v.size)
+    fig, ax = _axes(ax, (6.5, 4.0))
+    bins = np.arange(0.5, longest + 1.5)
+    width = 0.8 / len(series)
+    for index, (label, values) in enumerate(series.items()):
+        counts, _ = np.histogram(values, bins=bins)
+        share = counts / max(1, values.size)
+        ax.bar(np.arange(1, longest + 1) + (index - (len(series) - 1) / 2) * width, share, width=width,
+               color=_LINE_COLORS[index % len(_LINE_COLORS)], label=f"{label} ({values.size} tokens)")
+    ax.set(xlabel="token length (bytes)", ylabel="share of the tokens", title=title)
+    ax.set_xticks(range(1, longest + 1))
+    ax.grid(True, axis="y", color="0.9", linewidth=0.8)
+    ax.set_axisbelow(True)
+    ax.legend(frameon=False)
+    return fig, ax
+
+
+def plot_sublayer_differences(differences, *, ax=None, title="Largest difference per sub-layer", floor=1e-17):
+    """The largest difference between two models' outputs at every sub-layer, in the order they
+    run, on a log scale: where a loading mistake first shows.
+
+    ``differences``: a mapping from a sub-layer's name to a number >= 0. Values below ``floor``
+    (exact agreement) are drawn at ``floor`` and labelled "equal". Returns ``(fig, ax)``.
+    """
+    if not isinstance(differences, Mapping) or not differences:
+        raise ValueError("differences must be a non-empty mapping from a sub-layer name to a number")
+    names = [str(k) for k in differences]
+    values = np.array([float(v) for v in differences.values()])
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError("differences must be finite numbers >= 0")
+    shown = np.maximum(values, floor)
+    fig, ax = _axes(ax, (max(6.5, 0.45 * len(names) + 2), 4.2))
+    colors = [_LINE_COLORS[0] if v <= 1e-9 else "#D55E00" for v in values]
+    ax.bar(range(len(names)), shown, color=colors, bottom=floor * 0.5)
+    for i, v in enumerate(values):
+        if v < floor:
+            ax.text(i, floor, "equal", rotation=90, ha="center", va="bottom", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
+    ax.set(ylabel="largest |difference| (log scale)", title=title)
+    ax.grid(True, axis="y", color="0.9", linewidth=0.8)
+    ax.set_axisbelow(True)
+    return fig, ax

@@ -187,3 +187,30 @@ def test_head_split_honours_ax_and_leaks_no_figure():
 def test_head_split_refuses_bad_sizes():
     with pytest.raises(ValueError, match="nh"):
         draw_head_split(1, 3, 0, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# lesson 09: the KV cache growing, and one RoPE pair
+
+
+def test_kv_cache_draws_a_row_per_pass_and_counts_the_cache():
+    from helpers.diagrams import draw_kv_cache
+
+    fig, ax = draw_kv_cache(T_prompt=4, n_steps=3)
+    text = all_text(fig)
+    assert "prompt: 4 positions" in text and "step 3: 1 new, 6 cached" in text
+    assert png_bytes(fig)[:8] == PNG_SIGNATURE
+    with pytest.raises(ValueError, match="T_prompt"):
+        draw_kv_cache(0, 2)
+
+
+def test_rotation_keeps_the_dot_product_when_both_positions_move():
+    import re
+
+    from helpers.diagrams import draw_rotation
+
+    fig, ax = draw_rotation(theta=0.4, query_position=1, key_position=4, shift=3)
+    before, after = re.findall(r"Dot product (-?[0-9.]+) before, (-?[0-9.]+) after", ax.get_title())[0]
+    assert before == after
+    assert "position 7" in all_text(fig)
+    assert png_bytes(fig)[:8] == PNG_SIGNATURE

@@ -549,3 +549,42 @@ def test_bars_are_drawn_in_order_with_their_values(tmp_path):
         plot_bars(["a", "b"], [1.0])
     with pytest.raises(ValueError, match=">= 0"):
         plot_bars(["a"], [float("nan")])
+
+
+# ---------------------------------------------------------------------------------------------
+# lesson 09: curves, and the masks of a padded batch
+
+
+def test_series_draws_one_line_per_label_with_a_marked_x():
+    x = {"learned": torch.arange(4), "rope": torch.arange(8)}
+    curves = {"learned": torch.tensor([3.0, 2.0, 1.8, 1.7]), "rope": torch.linspace(3, 1.5, 8)}
+    fig, ax = plotting.plot_series(x, curves, xlabel="position", ylabel="loss", vline=4, vline_label="training length")
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines[:2]] == ["learned", "rope"]
+    assert len(lines[0].get_xdata()) == 4 and len(lines[1].get_xdata()) == 8
+    assert "training length" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert png_bytes(fig)[:4] == b"\x89PNG"
+
+
+def test_series_with_shared_x_and_bad_input():
+    fig, ax = plotting.plot_series([16, 32, 64], {"cached": [90.0, 88.0, 85.0], "uncached": [80.0, 40.0, 20.0]}, logy=True)
+    assert ax.get_yscale() == "log" and len(ax.get_lines()) == 2
+    with pytest.raises(ValueError, match="non-empty mapping"):
+        plotting.plot_series([1], {})
+    with pytest.raises(ValueError, match="2 values for 3 x values"):
+        plotting.plot_series([1, 2, 3], {"a": [1.0, 2.0]})
+
+
+def test_batch_mask_draws_one_panel_per_row_and_labels_padding():
+    real = torch.tensor([[False, True, True], [True, True, True]])
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()
+    mask = causal & (real.unsqueeze(1) | torch.eye(3, dtype=torch.bool))  # (B, T, T)
+    fig, axes = plotting.plot_batch_mask(mask.unsqueeze(1), real, suptitle="padded")
+    assert len(axes) == 2
+    assert tick_texts(axes[0], "x")[0] == "pad" and tick_texts(axes[1], "x")[0] == "0"
+    assert "2 real tokens" in axes[0].get_title()
+    assert png_bytes(fig)[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="real must have shape"):
+        plotting.plot_batch_mask(mask, real[:, :2])
+    with pytest.raises(ValueError, match="mask must have shape"):
+        plotting.plot_batch_mask(torch.ones(3, 3, dtype=torch.bool))

@@ -42,6 +42,25 @@ class Config:
     tie_weights: bool = True  # lm_head.weight is word_to_embedding.weight
     bare_bones: bool = False  # True: the seed's BareBonesTransformerLayer instead of TransformerBlock
     final_norm: bool = True  # a LayerNorm after the last layer (the seed's model has none)
+    attn_bias: bool = False  # biases in attention's query, key, value and output maps (GPT-2's; lesson 10)
+    activation: str = "relu"  # the MLP's nonlinearity: "relu", or GPT-2's "gelu_tanh" (lesson 10)
+
+
+def gpt2_options(block: nn.Module, config: Config) -> None:
+    """Give a TransformerBlock the two details in which GPT-2's blocks differ from ours (lesson 10).
+
+    config.attn_bias: the attention's four nn.Linear maps get biases (query.bias ... to_output.bias).
+    config.activation == "gelu_tanh": the MLP's nn.ReLU() becomes nn.GELU(approximate="tanh").
+    With the defaults (no biases, "relu") it changes nothing and draws no random numbers.
+    """
+    if config.attn_bias:
+        for name in ("query", "key", "value", "to_output"):
+            plain = getattr(block.attention, name)  # nn.Linear(..., bias=False)
+            setattr(block.attention, name, nn.Linear(plain.in_features, plain.out_features, bias=True))
+    if config.activation == "gelu_tanh":
+        block.mlp.model[1] = nn.GELU(approximate="tanh")  # no parameters: the state_dict keys stay the same
+    elif config.activation != "relu":
+        raise ValueError(f"activation must be 'relu' or 'gelu_tanh', got {config.activation!r}")
 
 
 class TransformerLM(nn.Module):
@@ -66,6 +85,9 @@ class TransformerLM(nn.Module):
         self.layers = nn.ModuleList(
             [layer(C, config.head_dim, config.n_heads, config.n_hidden) for _ in range(config.n_layers)]
         )
+        if not config.bare_bones:  # GPT-2's details (lesson 10); the defaults change nothing
+            for block in self.layers:
+                gpt2_options(block, config)
         self.final_norm = LayerNorm(C) if config.final_norm else nn.Identity()
         self.lm_head = nn.Linear(C, config.n_vocab, bias=False)
         self.apply(self._init_weights)

@@ -1,0 +1,347 @@
+"""Checks for lesson 09 (fast generation): generation with a KV cache, and a batch of prompts.
+
+``generate_cached`` must give the very token ids of lesson 08's ``generate`` (the reference), on a
+small float64 model with seeded weights and a seeded generator, before and after the text
+outgrows ``max_len``. While it runs, the notebook's ``CachedSelfAttention`` and ``forward_cached``
+are replaced by the course's own (``KnownGoodCachedAttention`` records every call: how many new
+positions, and whether the cache carries an autograd graph), so a mistake in Exercise 1 is not
+counted here, and a loop that does not use the cache is seen.
+
+``batch_mask_and_positions`` is compared entry by entry on left-padded batches, then used by the
+course's batch generation: every prompt of the batch must get the tokens it gets alone.
+
+Shape legend: B batch, T time, T0 prompt length, V vocabulary size, C embedding size, nh heads,
+hs head size. No two sizes are equal.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from helpers.checks.core import Check, CheckFailed, describe
+from helpers.checks.kv_cache import (
+    CONFIG,
+    KnownGoodCachedAttention,
+    causal_with_past,
+    known_good_forward_cached,
+    small_model,
+)
+from helpers.reference import sampling
+
+
+def _swap(fn, replacements):
+    """Replace names in the namespace ``fn`` looks them up in (a decorator's wrapper unwrapped)."""
+    scope = getattr(inspect.unwrap(fn), "__globals__", None)
+    if isinstance(scope, dict) and scope.get("__name__", "").startswith("torch"):
+        return None, {}
+    saved = {}
+    if isinstance(scope, dict):
+        for name, value in replacements.items():
+            if name in scope:
+                saved[name] = scope[name]
+            scope[name] = value
+    return scope, saved
+
+
+def _restore(scope, saved, names):
+    if isinstance(scope, dict):
+        for name in names:
+            scope.pop(name, None)
+        scope.update(saved)
+
+
+# (name, prompt shape, new tokens, temperature, top_k, top_p, seed, train mode before)
+GEN_CASES = [
+    ("one prompt of 4 tokens, 12 new (past max_len = 9), temperature 1", (4,), 12, 1.0, None, None, 1, False),
+    ("a (2, 3) batch, 10 new, greedy", (2, 3), 10, 0.0, None, None, 2, False),
+]
+GEN_HIDDEN_CASES = [
+    ("a prompt of 12 tokens (longer than max_len), 5 new, temperature 0.8, top_k 5", (12,), 5, 0.8, 5, None, 3, False),
+    ("a (3, 1) batch, 14 new, top_p 0.9, the model in training mode", (3, 1), 14, 1.0, None, 0.9, 4, True),
+]
+
+
+def _prompt(shape, seed):
+    return torch.randint(0, CONFIG["n_vocab"], shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _probe_generate(cases):
+    def probe(generate_cached) -> dict:
+        if not callable(generate_cached):
+            raise CheckFailed(f"expected the function generate_cached, got {describe(generate_cached)}")
+        scope, saved = _swap(generate_cached, {"CachedSelfAttention": KnownGoodCachedAttention,
+                                               "forward_cached": known_good_forward_cached})
+        runs = []
+        try:
+            for _, shape, n, temperature, top_k, top_p, seed, training in cases:
+                model = small_model()
+                model.train(training)
+                KnownGoodCachedAttention.calls = []
+                try:
+                    out = generate_cached(model, _prompt(shape, seed), n, temperature=temperature, top_k=top_k,
+                                          top_p=top_p, generator=torch.Generator().manual_seed(seed))
+                    runs.append({"out": out, "calls": list(KnownGoodCachedAttention.calls), "training": model.training})
+                except Exception as exc:  # noqa: BLE001 - the judge explains the error
+                    runs.append({"error": f"{type(exc).__name__}: {exc}"[:1500]})
+        finally:
+            _restore(scope, saved, ["CachedSelfAttention", "forward_cached"])
+        return {"runs": runs}
+
+    return probe
+
+
+def _cached_positions(T0: int, n: int, max_len: int) -> int:
+    """How many positions a cached loop that follows the lesson's rule computes, per layer."""
+    total, T = 0, None
+    for _ in range(n):
+        if T is not None and T < max_len:
+            total, T = total + 1, T + 1
+        else:
+            T = min(T0, max_len)
+            total += T
+        T0 += 1
+    return total
+
+
+def _slid_or_zero(model, ids, n, options, flavour):
+    """What two classic mistakes generate: new tokens at position 0, or a cache slid past max_len."""
+    max_len = model.config.max_len
+    ids = ids if ids.dim() == 2 else ids.unsqueeze(0)
+    caches = None
+    with torch.no_grad():
+        for _ in range(n):
+            T = 0 if caches is None else caches[0][0].shape[2]
+            if caches is None or (flavour == "zero" and T >= max_len):
+                context = ids[:, -max_len:]
+                logits, caches = known_good_forward_cached(model, context, None, torch.arange(context.shape[1]))
+            else:
+                if T >= max_len:  # "slide": drop the oldest cached position, keep the last position id
+                    caches = [(k[:, :, 1:], v[:, :, 1:]) for k, v in caches]
+                    T = max_len - 1
+                position = torch.tensor([0 if flavour == "zero" else T])
+                logits, caches = known_good_forward_cached(model, ids[:, -1:], caches, position)
+            next_ids = sampling.sample_next(logits[:, -1], **options)
+            ids = torch.cat([ids, next_ids.unsqueeze(1)], dim=1)
+    return ids
+
+
+def _judge_generate(cases):
+    def judge(data: dict) -> str:
+        runs = data.get("runs")
+        if not isinstance(runs, list) or len(runs) != len(cases):
+            raise CheckFailed("the check's data is incomplete")
+        model = small_model()
+        max_len = model.config.max_len
+        L = model.config.n_layers
+        for (name, shape, n, temperature, top_k, top_p, seed, training), run in zip(cases, runs, strict=True):
+            what = f"generate_cached on {name}"
+            if "error" in run:
+                hint = (" Crop the prompt to its last max_len tokens first, as lesson 08's generate does."
+                        if "index out of range" in str(run["error"]) or "max_len" in str(run["error"]) else "")
+                raise CheckFailed(f"{what} raised {run['error']}.{hint}")
+            prompt = _prompt(shape, seed)
+            options = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+            expected = sampling.generate(model, prompt, n, **options, generator=torch.Generator().manual_seed(seed))
+            out = run["out"]
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(expected.shape):
+                raise CheckFailed(f"{what} should return ids of shape {tuple(expected.shape)}, got {describe(out)}.")
+            if not torch.equal(out.long(), expected):
+                got, want = out.reshape(-1, out.shape[-1]), expected.reshape(-1, expected.shape[-1])
+                bad = (got != want).any(dim=0).nonzero()
+                i = int(bad[0]) if len(bad) else 0
+                label = ""
+                for flavour, words in (("zero", "every new token was given position 0: the positions must continue "
+                                        "from the cache, T_past for the token that follows T_past cached ones"),
+                                       ("slide", "past max_len the cache slid (the oldest position dropped, the "
+                                        "rest kept): with learned positions every cached key was computed at its "
+                                        "old position and, beyond layer 0, from context that drops out; past "
+                                        "max_len run the last max_len tokens from scratch")):
+                    variant = _slid_or_zero(model, prompt, n, {**options, "generator": torch.Generator().manual_seed(seed)}, flavour)
+                    if torch.equal(variant.reshape(got.shape), got.long()):
+                        label = f" {words}."
+                        break
+                if not label and i >= max_len + 1:
+                    label = (f" The tokens agree until the text outgrows max_len = {max_len}: past max_len, run "
+                             "the last max_len tokens from scratch at positions 0 ... max_len - 1, as lesson 08 does.")
+                raise CheckFailed(f"{what}: the ids differ from lesson 08's generate with the same seed, first at "
+                                  f"index {i} (the prompt has {shape[-1]} tokens): expected {want[:, i].tolist()}, "
+                                  f"got {got[:, i].tolist()}.{label}")
+            calls = run.get("calls") or []
+            if not calls:
+                raise CheckFailed(f"{what}: the ids are right but the model never ran through forward_cached with "
+                                  "this lesson's CachedSelfAttention: use the cache.")
+            if any(c.get("grad") for c in calls if isinstance(c, dict)):
+                raise CheckFailed(f"{what}: the cache was grown under autograd (its keys require grad and carry a "
+                                  "grad_fn, so every step keeps the whole graph alive): run generation under "
+                                  "torch.no_grad() (decorate the function with @torch.no_grad()).")
+            computed = sum(int(c.get("T_new", 0)) for c in calls if isinstance(c, dict)) // L
+            allowed = _cached_positions(shape[-1], n, max_len)
+            if computed > allowed:
+                raise CheckFailed(f"{what}: the ids are right, but the model computed {computed} positions where a "
+                                  f"cache needs {allowed}: you re-ran the whole window at every step. While the text "
+                                  "fits in max_len, give forward_cached the newest token alone, with the caches.")
+            if run.get("training") != training:
+                raise CheckFailed(f"{what}: the model was left in {'training' if run.get('training') else 'evaluation'} "
+                                  "mode: put it back in the mode it was in (model.train(was_training)).")
+        return ("generate_cached: " + "; ".join(c[0] for c in cases) + ": the same ids as lesson 08's generate, "
+                "one new position per step while the text fits, no autograd graph in the cache.")
+
+    return judge
+
+
+check_generate_cached = Check("check_generate_cached", _probe_generate(GEN_CASES), _judge_generate(GEN_CASES))
+check_generate_cached_hidden = Check("check_generate_cached_hidden", _probe_generate(GEN_HIDDEN_CASES),
+                                     _judge_generate(GEN_HIDDEN_CASES), hidden=True)
+
+# ---------------------------------------------------------------------------------------------
+# batch_mask_and_positions(real, T_new) -> (mask (B, 1, T_new, T_total), positions (B, T_new))
+
+
+def expected_mask_and_positions(real: torch.Tensor, T_new: int):
+    """The mask for real queries (pads: themselves) and the position ids (0 at padding)."""
+    T_total = real.shape[1]
+    causal = causal_with_past(T_new, T_total)  # (T_new, T_total)
+    itself = torch.arange(T_total) == (T_total - T_new + torch.arange(T_new)).unsqueeze(1)
+    mask = causal & (real.unsqueeze(1) | itself)  # (B, T_new, T_total)
+    positions = (real.long().cumsum(dim=1) - 1).clamp(min=0)[:, T_total - T_new :]
+    return mask.unsqueeze(1), positions
+
+
+def generate_batch_with(mask_fn, model, prompts, n):
+    """Greedy batch generation with the course's loop and ``mask_fn`` for masks and positions."""
+    T0 = max(len(p) for p in prompts)
+    ids = torch.stack([torch.cat([torch.zeros(T0 - len(p), dtype=torch.long), p]) for p in prompts])  # (B, T0)
+    real = torch.stack([torch.arange(T0) >= T0 - len(p) for p in prompts])  # (B, T0)
+    with torch.no_grad():
+        mask, positions = mask_fn(real, T0)
+        logits, caches = known_good_forward_cached(model, ids, None, positions, mask)
+        new = []
+        for _ in range(n):
+            next_ids = logits[:, -1].argmax(dim=-1)  # (B,)
+            new.append(next_ids)
+            real = torch.cat([real, torch.ones(len(prompts), 1, dtype=torch.bool)], dim=1)
+            mask, positions = mask_fn(real, 1)
+            logits, caches = known_good_forward_cached(model, next_ids.unsqueeze(1), caches, positions, mask)
+    return torch.stack(new, dim=1)  # (B, n)
+
+
+def _real(lengths, T_total):
+    return torch.stack([torch.arange(T_total) >= T_total - n for n in lengths])
+
+
+# (name, real lengths of the rows, T_total, T_new)
+MASK_CASES = [("a prefill: rows of 5, 2 and 4 tokens, T_total = T_new = 6", [5, 2, 4], 6, 6),
+              ("a decode step: rows of 7, 4 and 6 tokens in T_total = 8, T_new = 1", [7, 4, 6], 8, 1)]
+MASK_HIDDEN_CASES = [("two new columns: rows of 3, 6, 1, 5 tokens in T_total = 7", [3, 6, 1, 5], 7, 2),
+                     ("no padding at all: 2 rows of 5 tokens", [5, 5], 5, 5)]
+BATCH_PROMPTS = [[3, 7, 1, 12, 5, 9], [4, 11], [8, 2, 6, 10]]  # lengths 6, 2, 4; 5 new tokens, max_len 13
+
+
+def _probe_mask(cases):
+    def probe(batch_mask_and_positions) -> dict:
+        if not callable(batch_mask_and_positions):
+            raise CheckFailed(f"expected the function batch_mask_and_positions, got {describe(batch_mask_and_positions)}")
+        runs = []
+        for _, lengths, T_total, T_new in cases:
+            try:
+                mask, positions = batch_mask_and_positions(_real(lengths, T_total), T_new)
+                runs.append({"mask": mask, "positions": positions})
+            except Exception as exc:  # noqa: BLE001
+                runs.append({"error": f"{type(exc).__name__}: {exc}"[:1500]})
+        prompts = [torch.tensor(p) for p in BATCH_PROMPTS]
+        try:
+            batch = generate_batch_with(batch_mask_and_positions, small_model(max_len=13), prompts, 5)
+        except Exception as exc:  # noqa: BLE001
+            batch = f"{type(exc).__name__}: {exc}"[:1500]
+        return {"runs": runs, "batch": batch}
+
+    return probe
+
+
+def _judge_mask(cases):
+    def judge(data: dict) -> str:
+        runs = data.get("runs")
+        if not isinstance(runs, list) or len(runs) != len(cases):
+            raise CheckFailed("the check's data is incomplete")
+        for (name, lengths, T_total, T_new), run in zip(cases, runs, strict=True):
+            what = f"batch_mask_and_positions on {name}"
+            if "error" in run:
+                raise CheckFailed(f"{what} raised {run['error']}.")
+            real = _real(lengths, T_total)
+            B, T_past = len(lengths), T_total - T_new
+            want_mask, want_pos = expected_mask_and_positions(real, T_new)
+            mask, pos = run["mask"], run["positions"]
+            if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (B, 1, T_new, T_total) or mask.dtype != torch.bool:
+                raise CheckFailed(f"{what}: the mask should be a bool tensor of shape {(B, 1, T_new, T_total)}, got {describe(mask)}.")
+            if not isinstance(pos, torch.Tensor) or tuple(pos.shape) != (B, T_new) or pos.dtype.is_floating_point:
+                raise CheckFailed(f"{what}: the positions should be an integer tensor of shape {(B, T_new)}, got {describe(pos)}.")
+            query_real = real[:, T_past:]  # (B, T_new)
+            rows = query_real.view(B, 1, T_new, 1).expand_as(mask)
+            if not torch.equal(mask[rows], want_mask[rows]):
+                causal = causal_with_past(T_new, T_total).expand_as(mask)
+                b, _, i, j = ((mask != want_mask) & rows).nonzero()[0].tolist()
+                if torch.equal(mask[rows], causal[rows]):
+                    why = "the padding is attended to: a real query must not look at padding keys (AND the causal mask with the real tokens)"
+                elif torch.equal(mask[rows], (causal_with_past(T_new, T_total, offset=False) & real.unsqueeze(1)).unsqueeze(1)[rows]):
+                    why = (f"the causal part was not offset by T_past = {T_past}: new query i must see keys up to "
+                           "T_past + i (a one-token decode step must see every real past key)")
+                else:
+                    why = "query i may see key j exactly when j <= T_past + i and key j is a real token"
+                raise CheckFailed(f"{what}: {why}. Evidence: row {b}, query {i}, key {j}: expected "
+                                  f"{bool(want_mask[b, 0, i, j])}, got {bool(mask[b, 0, i, j])}.")
+            empty = ~mask.any(dim=-1)  # (B, 1, T_new)
+            if empty.any():
+                b, _, i = empty.nonzero()[0].tolist()
+                raise CheckFailed(f"{what}: padding query {i} of row {b} sees no key at all: its softmax is over -inf "
+                                  "only, which gives NaN, and the NaN spreads to every row through the next layer's "
+                                  "values. Let a padding query look at itself.")
+            if (mask & ~causal_with_past(T_new, T_total)).any():
+                raise CheckFailed(f"{what}: a padding query looks at a key after it; let it look at itself only.")
+            if not torch.equal(pos[query_real], want_pos[query_real]):
+                b, i = ((pos != want_pos) & query_real).nonzero()[0].tolist()
+                arange = torch.arange(T_past, T_total).expand(B, T_new)
+                if torch.equal(pos[query_real], arange[query_real]):
+                    why = ("the positions are the columns, the same for every row: count per row, the real tokens "
+                           "before each one (the first real token of every row is at position 0)")
+                elif torch.equal(pos[query_real], want_pos[query_real] + 1):
+                    why = "the positions start at 1: the first real token of a row is at position 0"
+                else:
+                    why = "a real token's position is the number of real tokens before it in its row"
+                raise CheckFailed(f"{what}: {why}. Evidence: row {b}, new column {i}: expected {int(want_pos[b, i])}, "
+                                  f"got {int(pos[b, i])}.")
+            if (pos < 0).any():
+                raise CheckFailed(f"{what}: a padding position is {int(pos.min())}; position ids index the "
+                                  "position table: use 0 at padding.")
+        batch = data.get("batch")
+        if isinstance(batch, str):
+            raise CheckFailed(f"batch generation with your batch_mask_and_positions raised {batch}.")
+        model = small_model(max_len=13)
+        what = f"greedy batch generation, prompts of {[len(p) for p in BATCH_PROMPTS]} tokens, 5 new each"
+        for row, prompt in enumerate(BATCH_PROMPTS):
+            alone = sampling.generate(model, torch.tensor(prompt), 5, temperature=0)[len(prompt):]
+            if not isinstance(batch, torch.Tensor) or batch.shape != (len(BATCH_PROMPTS), 5):
+                raise CheckFailed(f"{what}: got {describe(batch)}.")
+            if not torch.equal(batch[row].long(), alone):
+                nan = " (NaN in the logits makes argmax pick garbage)" if batch[row].max() >= 13 else ""
+                raise CheckFailed(f"{what}: row {row} gets {batch[row].tolist()} in the batch but {alone.tolist()} "
+                                  f"alone{nan}: the batch must give every prompt the tokens it gets alone.")
+        return ("batch_mask_and_positions: " + "; ".join(c[0] for c in cases) + ": causal and padding masks "
+                "combined, no empty row, positions counted per row; in a batch every prompt gets the tokens it gets alone.")
+
+    return judge
+
+
+check_batch_mask = Check("check_batch_mask", _probe_mask(MASK_CASES), _judge_mask(MASK_CASES))
+check_batch_mask_hidden = Check("check_batch_mask_hidden", _probe_mask(MASK_HIDDEN_CASES),
+                                _judge_mask(MASK_HIDDEN_CASES), hidden=True)
+
+__all__ = [
+    "check_batch_mask",
+    "check_batch_mask_hidden",
+    "check_generate_cached",
+    "check_generate_cached_hidden",
+    "expected_mask_and_positions",
+    "generate_batch_with",
+]

@@ -1,0 +1,268 @@
+"""Checks for lesson 09 (fast generation): rotary position embeddings (RoPE).
+
+``apply_rope`` is compared with the lesson's convention (halves: feature i pairs with feature
+i + hs/2, angle position * 10000 ** (-2i / hs)) on float64 inputs, and on a property every RoPE
+has: the dot product of a rotated query and a rotated key depends only on their distance, so
+shifting every position by the same amount leaves every score as it was.
+``RotarySelfAttention`` is run in chunks with its own cache, as Exercise 1's attention; while it
+runs, the notebook's ``apply_rope`` is replaced by the course's (``known_good_rope``), so the
+check judges the attention alone.
+
+Shape legend: B batch, T time, C embedding size, nh heads, hs head size. No two sizes are equal.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+
+from helpers.checks.core import Check, CheckFailed, close, describe, first_mismatch, identify
+from helpers.checks.diagnose import explain_mismatch
+from helpers.checks.kv_cache import PARAMS, causal_with_past
+
+
+def known_good_rope(x, positions, base=10000.0, flavour="right"):
+    """RoPE in the lesson's convention; ``flavour`` names a mistake instead: ``interleaved``
+    (pairs 2i, 2i+1), ``no-two`` (angle base ** (-i / hs)), ``ignores-positions`` (0 ... T-1)."""
+    hs = x.shape[-1]
+    half = hs // 2
+    exponent = (1 if flavour == "no-two" else 2) * torch.arange(half, dtype=torch.float64) / hs
+    if flavour == "ignores-positions":
+        positions = torch.arange(x.shape[-2])
+    angles = positions.to(torch.float64).unsqueeze(-1) * base ** (-exponent)  # (T, hs/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if flavour == "interleaved":
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+ROPE_MISTAKES = {
+    "interleaved": "you paired neighbouring features (2i, 2i+1), the interleaved convention; this lesson pairs "
+    "feature i with feature i + hs/2 (the halves). Both are rotations, but weights trained with one convention "
+    "give wrong scores with the other",
+    "no-two": "the angles use base ** (-i / hs); the frequency of pair i is base ** (-2i / hs)",
+    "ignores-positions": "the rows were turned by 0, 1, ..., T-1 whatever positions says: use the positions given",
+}
+
+# (name, shape of x, first position)
+ROPE_CASES = [("x of shape (2, 3, 7, 6), positions 4 ... 10", (2, 3, 7, 6), 4),
+              ("x of shape (5, 8), positions 0 ... 4", (5, 8), 0)]
+ROPE_HIDDEN_CASES = [("x of shape (3, 9, 4) in float32, positions 30 ... 38", (3, 9, 4), 30),
+                     ("x of shape (1, 2, 1, 10), position 57", (1, 2, 1, 10), 57)]
+SHIFT = 11
+
+
+def _rope_inputs(cases):
+    out = []
+    for name, shape, start in cases:
+        g = torch.Generator().manual_seed(50 + start + len(shape))
+        x = torch.randn(*shape, generator=g, dtype=torch.float64)
+        if "float32" in name:
+            x = x.float()
+        out.append((name, x, torch.arange(start, start + shape[-2])))
+    return out
+
+
+def _probe_rope(cases):
+    def probe(apply_rope) -> dict:
+        if not callable(apply_rope):
+            raise CheckFailed(f"expected the function apply_rope, got {describe(apply_rope)}")
+        runs = []
+        for _, x, positions in _rope_inputs(cases):
+            before = x.clone()
+            try:
+                runs.append({"out": apply_rope(x, positions), "shifted": apply_rope(x.clone(), positions + SHIFT),
+                             "changed": not torch.equal(before, x)})
+            except Exception as exc:  # noqa: BLE001
+                runs.append({"error": f"{type(exc).__name__}: {exc}"[:1500]})
+        return {"runs": runs}
+
+    return probe
+
+
+def _judge_rope(cases):
+    def judge(data: dict) -> str:
+        from helpers.reference import fast_generation as ref
+
+        runs = data.get("runs")
+        if not isinstance(runs, list) or len(runs) != len(cases):
+            raise CheckFailed("the check's data is incomplete")
+        for (name, x, positions), run in zip(_rope_inputs(cases), runs, strict=True):
+            what = f"apply_rope on {name}"
+            if "error" in run:
+                raise CheckFailed(f"{what} raised {run['error']}.")
+            if run.get("changed"):
+                raise CheckFailed(f"{what} changed x in place: return a new tensor.")
+            out = run["out"]
+            expected = ref.apply_rope(x, positions)
+            if not isinstance(out, torch.Tensor) or out.shape != expected.shape or out.dtype != x.dtype:
+                raise CheckFailed(f"{what} should return a {x.dtype} tensor of shape {tuple(x.shape)}, got {describe(out)}.")
+            tol = 1e-10 if x.dtype == torch.float64 else 1e-5
+            if close(expected, out, tol, tol):
+                continue
+            variants = {ROPE_MISTAKES[f]: known_good_rope(x, positions, flavour=f) for f in ROPE_MISTAKES}
+            label = identify(out, variants, tol, tol)
+            evidence = first_mismatch(expected, out, tol, tol)
+            if label:
+                raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
+            shifted = run.get("shifted")
+            if isinstance(shifted, torch.Tensor) and shifted.shape == out.shape:
+                scores, moved = out @ out.transpose(-2, -1), shifted @ shifted.transpose(-2, -1)
+                if not close(scores, moved, 1e-6, 1e-6):
+                    raise CheckFailed(f"{what}: the dot products of the turned rows change when every position moves "
+                                      f"by {SHIFT} ({first_mismatch(scores, moved, 1e-6, 1e-6)}): a rotation by an "
+                                      "angle proportional to the position keeps only the distance; turn each pair "
+                                      "(x1, x2) into (x1 cos - x2 sin, x1 sin + x2 cos).")
+            raise CheckFailed(explain_mismatch(expected, out, what=what, atol=tol, rtol=tol))
+        return ("apply_rope: " + "; ".join(c[0] for c in cases) + ": halves paired, angle position * 10000^(-2i/hs), "
+                f"and every dot product unchanged when all positions move by {SHIFT}.")
+
+    return judge
+
+
+check_rope = Check("check_rope", _probe_rope(ROPE_CASES), _judge_rope(ROPE_CASES))
+check_rope_hidden = Check("check_rope_hidden", _probe_rope(ROPE_HIDDEN_CASES), _judge_rope(ROPE_HIDDEN_CASES), hidden=True)
+
+# ---------------------------------------------------------------------------------------------
+# RotarySelfAttention(emb_dim, head_dim, n_heads).forward(x, cache) -> (out, (k, v))
+
+
+def rotary_chained(weights, x, chunks, nh, flavour="right"):
+    """Rotary attention chunk by chunk; ``flavour``: ``right``, ``rotate-values``, ``positions-restart``
+    (each call's positions start at 0), ``no-rotation`` (plain causal attention)."""
+    B, _, C = x.shape
+    hs = weights["query.weight"].shape[0] // nh
+    outs, cache, start = [], None, 0
+    for T_new in chunks:
+        xc = x[:, start : start + T_new]
+        T_past = 0 if cache is None else cache[0].shape[2]
+        positions = torch.arange(T_new) if flavour == "positions-restart" else torch.arange(T_past, T_past + T_new)
+        start += T_new
+
+        def heads(name, xc=xc, T_new=T_new):
+            return (xc @ weights[name].T).view(B, T_new, nh, hs).transpose(1, 2)  # (B, nh, T_new, hs)
+
+        q, k, v = heads("query.weight"), heads("key.weight"), heads("value.weight")
+        if flavour != "no-rotation":
+            q, k = known_good_rope(q, positions), known_good_rope(k, positions)
+        if flavour == "rotate-values":
+            v = known_good_rope(v, positions)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        cache = (k, v)
+        mask = causal_with_past(T_new, k.shape[2])
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~mask, float("-inf"))
+        out = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T_new, nh * hs)  # (B, T_new, nh*hs)
+        outs.append(out @ weights["to_output.weight"].T)
+    return torch.cat(outs, dim=1), cache
+
+
+ROTARY_MISTAKES = {
+    "rotate-values": "the values were rotated too: RoPE turns queries and keys only (their dot products carry the "
+    "positions); the values are what gets mixed, and turning them mixes position into the output",
+    "positions-restart": "the positions restart at 0 in every call: the new rows are at T_past ... T_past + T_new - 1, "
+    "T_past being the cache's length",
+    "no-rotation": "neither queries nor keys were rotated: call apply_rope on both, at the new rows' positions",
+}
+
+# (seed, B, C, hs, nh, chunks, dtype)
+ROTARY_CASES = [(60, 2, 14, 6, 3, [4, 3, 1], torch.float64)]
+ROTARY_HIDDEN_CASES = [(61, 3, 9, 4, 2, [1, 6, 1, 2], torch.float64), (62, 1, 20, 8, 5, [7, 2], torch.float32)]
+
+
+def _rotary_inputs(case):
+    seed, B, C, hs, nh, chunks, dtype = case
+    g = torch.Generator().manual_seed(seed)
+    weights = {name: torch.randn(*(((C, nh * hs) if name == "to_output.weight" else (nh * hs, C))), generator=g,
+                                 dtype=torch.float64) / (math.sqrt(nh * hs) if name == "to_output.weight" else 1)
+               for name in PARAMS}
+    return weights, torch.randn(B, sum(chunks), C, generator=g, dtype=torch.float64)
+
+
+def _probe_rotary(cases):
+    def probe(cls) -> dict:
+        if not isinstance(cls, type):
+            raise CheckFailed(f"expected a class, got {describe(cls)}")
+        scopes = {id(s): s for s in (getattr(inspect.unwrap(f), "__globals__", None) for f in vars(cls).values())
+                  if isinstance(s, dict)}
+        saved = [(s, s["apply_rope"]) for s in scopes.values() if "apply_rope" in s]
+        for scope, _ in saved:
+            scope["apply_rope"] = lambda x, positions, base=10000.0: known_good_rope(x, positions, base)
+        try:
+            runs = []
+            for case in cases:
+                seed, B, C, hs, nh, chunks, dtype = case
+                weights, x = _rotary_inputs(case)
+                module = cls(C, hs, nh).to(dtype)
+                names = sorted(n for n, _ in module.named_parameters())
+                if names != list(PARAMS):
+                    raise CheckFailed(f"{cls.__name__}({C}, {hs}, {nh}) should have exactly the parameters "
+                                      f"{', '.join(PARAMS)}; it has {names}.")
+                with torch.no_grad():
+                    for name, param in module.named_parameters():
+                        param.copy_(weights[name])
+                    outs, cache, start = [], None, 0
+                    try:
+                        for T_new in chunks:
+                            out, cache = module(x[:, start : start + T_new].to(dtype), cache)
+                            outs.append(out)
+                            start += T_new
+                        runs.append({"out": torch.cat(outs, dim=1), "k": cache[0], "v": cache[1]})
+                    except Exception as exc:  # noqa: BLE001
+                        runs.append({"error": f"{type(exc).__name__}: {exc}"[:1500]})
+            return {"runs": runs}
+        finally:
+            for scope, original in saved:
+                scope["apply_rope"] = original
+
+    return probe
+
+
+def _judge_rotary(cases):
+    def judge(data: dict) -> str:
+        runs = data.get("runs")
+        if not isinstance(runs, list) or len(runs) != len(cases):
+            raise CheckFailed("the check's data is incomplete")
+        for case, run in zip(cases, runs, strict=True):
+            seed, B, C, hs, nh, chunks, dtype = case
+            weights, x = _rotary_inputs(case)
+            what = (f"RotarySelfAttention({C}, {hs}, {nh}) on x of shape {tuple(x.shape)} in chunks of {chunks}, "
+                    "each call given the cache the previous one returned")
+            if "error" in run:
+                raise CheckFailed(f"{what} raised {run['error']}.")
+            expected, (k, v) = rotary_chained(weights, x, chunks, nh)
+            tol = 1e-9 if dtype == torch.float64 else 1e-4
+            got = run["out"]
+            if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+                raise CheckFailed(f"{what}: the outputs should have shape {tuple(expected.shape)}, got {describe(got)}.")
+            if not close(expected, got, tol, tol):
+                variants = {ROTARY_MISTAKES[f]: rotary_chained(weights, x, chunks, nh, f)[0] for f in ROTARY_MISTAKES}
+                label = identify(got, variants, tol, tol)
+                if label:
+                    raise CheckFailed(f"{what}: {label}. Evidence: {first_mismatch(expected, got, tol, tol)}.")
+                raise CheckFailed(explain_mismatch(expected, got, what=what, atol=tol, rtol=tol))
+            if not isinstance(run.get("k"), torch.Tensor) or not close(k, run["k"], tol, tol):
+                raise CheckFailed(f"{what}: the cache's keys should be the keys already rotated, "
+                                  f"(B, nh, T, hs) = {tuple(k.shape)}: the rotation of a key never changes once made.")
+        return ("RotarySelfAttention: " + "; ".join(f"B={c[1]}, C={c[2]}, hs={c[3]}, nh={c[4]}, chunks {c[5]}" for c in cases)
+                + ": queries and keys rotated at T_past + i, values untouched, rotated keys cached.")
+
+    return judge
+
+
+check_rotary_attention = Check("check_rotary_attention", _probe_rotary(ROTARY_CASES), _judge_rotary(ROTARY_CASES))
+check_rotary_attention_hidden = Check("check_rotary_attention_hidden", _probe_rotary(ROTARY_HIDDEN_CASES),
+                                      _judge_rotary(ROTARY_HIDDEN_CASES), hidden=True)
+
+__all__ = [
+    "check_rope",
+    "check_rope_hidden",
+    "check_rotary_attention",
+    "check_rotary_attention_hidden",
+    "known_good_rope",
+    "rotary_chained",
+]
