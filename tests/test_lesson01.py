@@ -62,6 +62,42 @@ MISTAKES = {
     ),
     "shift-targets-equal-inputs": ("next-token-shift", [("targets = ids[..., 1:]", "targets = ids[..., :-1]")], "equal the inputs"),
     "shift-by-two": ("next-token-shift", [("targets = ids[..., 1:]", "targets = ids[..., 2:]")], "one fewer position"),
+    "encode-error-without-position": (
+        "encode-decode",
+        [('f"{ch!r} (code point {code}) at position {position} is outside the "', 'f"{ch!r} (code point {code}) is outside the "')],
+        "not its position",
+    ),
+    "encode-reversed": ("encode-decode", [("codes.append(code)", "codes.insert(0, code)")], "spell '.demrofsnarT'"),
+    "encode-lowercases": ("encode-decode", [("enumerate(text)", "enumerate(text.lower())")], "spell 'transformed.'"),
+    "encode-batch-of-one": (
+        "encode-decode",
+        [("return torch.tensor(codes, dtype=torch.long)", "return torch.tensor([codes], dtype=torch.long)")],
+        "one id per character",
+    ),
+    "encode-int32": ("encode-decode", [("dtype=torch.long)  # (T,)", "dtype=torch.int32)  # (T,)")], "use torch.long"),
+    "decode-space-join": ("encode-decode", [('return "".join(', 'return " ".join(')], "one per id"),
+    "shift-assumes-a-batch": (
+        "next-token-shift",
+        [("ids[..., :-1]", "ids[:, :-1]"), ("ids[..., 1:]", "ids[:, 1:]")],
+        "IndexError in shift_for_next_token",
+    ),
+    "shift-transposed": ("next-token-shift", [("ids[..., :-1]", "ids.t()[:-1]"), ("ids[..., 1:]", "ids.t()[1:]")], "permuted to (T, B)"),
+    "shift-targets-plus-one": ("next-token-shift", [("targets = ids[..., 1:]", "targets = inputs + 1")], "not the next number"),
+    "shift-flattens-the-batch": (
+        "next-token-shift",
+        [("inputs = ids[..., :-1]", "ids = ids.flatten()\n    inputs = ids[..., :-1]")],
+        "1 axes, 2 were expected",
+    ),
+    "shift-changes-ids": (
+        "next-token-shift",
+        [("inputs = ids[..., :-1]", "if ids.dim() == 1:\n        ids.unsqueeze_(0)\n    inputs = ids[..., :-1]")],
+        "changed ids in place",
+    ),
+    "count-no-table": ("parameter-count", [("return table + head_weight + bias", "return head_weight + bias")], "matrix too few"),
+    "count-sum-not-product": ("parameter-count", [("table = n_vocab * emb_dim", "table = n_vocab + emb_dim")], "a product, not V + C"),
+    "count-padding-row": ("parameter-count", [("table = n_vocab * emb_dim", "table = (n_vocab + 1) * emb_dim")], "V·C + C"),
+    "count-bias-always": ("parameter-count", [("bias = n_vocab if head_bias else 0", "bias = n_vocab")], "although head_bias=False"),
+    "count-scalar-bias": ("parameter-count", [("bias = n_vocab if head_bias else 0", "bias = 1 if head_bias else 0")], "the bias's V entries are missing"),
     "count-tied-twice": (
         "parameter-count",
         [("head_weight = 0 if tie_weights else n_vocab * emb_dim", "head_weight = n_vocab * emb_dim")],
@@ -163,5 +199,11 @@ def test_catalogue_covers_every_exercise():
         assert any(exercise in alt for alt in ALTERNATIVES.values()), exercise
 
 
+# every "must" / "do not" sentence of a task -> the catalogued mistakes that break it
+REQUIREMENTS = {
+    "next-token-shift": {"Do not change `ids`": ["shift-changes-ids"]},
+}
+
+
 class TestCatalogue(HiddenOnlyTests):
-    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY)
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY, requirements=REQUIREMENTS)

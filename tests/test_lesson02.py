@@ -7,6 +7,10 @@ A = "02-language-models"
 
 TIE = "self.lm_head.weight = self.word_to_embedding.weight  # the same Parameter object"
 HEAD_OUT = "return self.lm_head(embeddings)"
+EMB = "embeddings = self.word_to_embedding(input_ids)"
+MAXLINE = "shifted = rows - rows.max(dim=-1, keepdim=True).values"
+LSE = "log_probs = shifted - shifted.exp().sum(dim=-1, keepdim=True).log()"
+PICK = "picked = log_probs[torch.arange(wanted.shape[0]), wanted]"
 FIRST = "nn.Linear(emb_dim, n_hidden),  # (..., C) -> (..., n_hidden)"
 SECOND = "nn.Linear(n_hidden, emb_dim),  # (..., n_hidden) -> (..., C)"
 
@@ -24,6 +28,30 @@ MISTAKES = {
         "tie_weights=False has no effect",
     ),
     "lm-returns-embeddings": ("tied-lm", [(HEAD_OUT, "return embeddings")], "without applying lm_head"),
+    "lm-logits-transposed": ("tied-lm", [(HEAD_OUT, "return self.lm_head(embeddings).transpose(-1, -2)")], "permuted to (B, V, T)"),
+    "lm-matmul-without-transpose": ("tied-lm", [(HEAD_OUT, "return embeddings @ self.lm_head.weight")], "inputs whose last axis has size 13 (V)"),
+    "lm-tie-transposed": (
+        "tied-lm",
+        [(TIE, "self.lm_head.weight = nn.Parameter(self.word_to_embedding.weight.T)")],
+        "with no .T",
+    ),
+    "lm-cumsum-over-positions": ("tied-lm", [(HEAD_OUT, "return self.lm_head(embeddings.cumsum(dim=-2))")], "the input of lm_head"),
+    "lm-last-position-only": ("tied-lm", [(HEAD_OUT, "return self.lm_head(embeddings)[..., -1, :]")], "axis 1 (T (time), size 6) is missing"),
+    "lm-detached-embeddings": ("tied-lm", [(EMB, EMB + ".detach()")], "the gradient must flow"),
+    "ce-max-without-keepdim": ("cross-entropy", [(MAXLINE, "shifted = rows - rows.max(dim=-1).values")], "lines two tensors up"),
+    "ce-max-over-positions": ("cross-entropy", [(MAXLINE, "shifted = rows - rows.max(dim=0, keepdim=True).values")], "maximum is taken over the positions"),
+    "ce-divided-by-V": ("cross-entropy", [("return -picked.mean()", "return -picked.sum() / V")], "by V = 7"),
+    "ce-divided-by-B": ("cross-entropy", [("return -picked.mean()", "return -picked.sum() / logits.shape[0]")], "by B = 2"),
+    "ce-target-off-by-one": ("cross-entropy", [(PICK, PICK.replace("wanted]", "wanted - 1]"))], "off by one"),
+    "ce-float32": ("cross-entropy", [("return -picked.mean()", "return -picked.float().mean()")], "precision was lost"),
+    "ce-mean-of-every-class": ("cross-entropy", [("return -picked.mean()", "return -log_probs.mean()")], "not only the target's"),
+    "ce-log-sum-added": ("cross-entropy", [(LSE, LSE.replace("shifted - shifted", "shifted + shifted"))], "added instead of subtracted"),
+    "ce-in-place": (
+        "cross-entropy",
+        [("rows = logits.reshape(-1, V)", "logits -= logits.max(dim=-1, keepdim=True).values\n    rows = logits.reshape(-1, V)"),
+         (MAXLINE, "shifted = rows")],
+        "do not change logits in place",
+    ),
     "ce-no-max-subtraction": (
         "cross-entropy",
         [("shifted = rows - rows.max(dim=-1, keepdim=True).values", "shifted = rows")],
@@ -71,6 +99,16 @@ MISTAKES = {
         [(FIRST, "nn.Linear(emb_dim, emb_dim),"), (SECOND, "nn.Linear(emb_dim, emb_dim),")],
         "instead of n_hidden",
     ),
+    "mlp-dropout": ("mlp", [(SECOND, SECOND + "\n            nn.Dropout(0.1),")], "not deterministic"),
+    "mlp-leaky-relu": ("mlp", [("nn.ReLU()", "nn.LeakyReLU()")], "LeakyReLU"),
+    "mlp-softmax-activation": ("mlp", [("nn.ReLU()", "nn.Softmax(dim=-1)")], "softmax instead of ReLU"),
+    "mlp-four-times-wider": (
+        "mlp",
+        [(FIRST, "nn.Linear(emb_dim, 4 * emb_dim),"), (SECOND, "nn.Linear(4 * emb_dim, emb_dim),")],
+        "20 units instead of n_hidden=16",
+    ),
+    "mlp-flattens": ("mlp", [("return self.model(x)", "return self.model(x.reshape(-1, x.shape[-1]))")], "only the final reshape/view is wrong"),
+    "mlp-float32": ("mlp", [("return self.model(x)", "return self.model(x.float())")], "RuntimeError in forward"),
     "mlp-named-layers": (
         "mlp",
         [
@@ -179,5 +217,14 @@ def test_catalogue_covers_every_exercise():
         assert any(exercise in alt for alt in ALTERNATIVES.values()), exercise
 
 
+# every "must" / "do not" sentence of a task -> the catalogued mistakes that break it
+REQUIREMENTS = {
+    "cross-entropy": {
+        "must stay finite for logits such as 1000": ["ce-no-max-subtraction", "ce-naive-softmax"],
+        "for rows of very different sizes": ["ce-one-max-for-all"],
+    },
+}
+
+
 class TestCatalogue(HiddenOnlyTests):
-    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY)
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY, requirements=REQUIREMENTS)

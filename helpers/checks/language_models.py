@@ -13,44 +13,57 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.checks.core import (
-    Check,
-    CheckFailed,
-    close,
-    describe,
-    expect_tensor,
-    first_mismatch,
-    identify,
-)
+from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify
+from helpers.checks.diagnose import diagnose, explain_mismatch, first_divergence, trace
+from helpers.checks.tokens import attempt, checks, fail_if_raised, runs
 from helpers.params import num_parameters
 from helpers.reference import language_models as ref
 
 
-def _attempt(fn, *args) -> dict:
-    """Call the student's code; an exception becomes data (the judge names the likely cause).
-    ``NotImplementedError`` passes through: the exercise is not answered yet."""
-    try:
-        return {"out": fn(*args)}
-    except NotImplementedError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any error of the student's code is data here
-        return {"raised": type(exc).__name__, "message": str(exc)[:500]}
-
-
-def _runs(data: dict, n: int) -> list:
-    runs = data.get("runs")
-    if not isinstance(runs, list) or len(runs) != n or not all(isinstance(r, dict) for r in runs):
-        raise CheckFailed("the check's data is incomplete")
-    return runs
-
-
-def _raised(what: str, run: dict) -> None:
-    if "raised" in run:
-        raise CheckFailed(f"{what} raised {run['raised']}: {run.get('message', '')}")
-
-
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def _tol(dtype: torch.dtype) -> float:
+    return 1e-9 if dtype == torch.float64 else 1e-4
+
+
+def _class(obj, name: str) -> None:
+    if not isinstance(obj, type) or not issubclass(obj, nn.Module):
+        raise CheckFailed(f"expected the class {name} (an nn.Module), got {describe(obj)}")
+
+
+def _run_module(module: nn.Module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
+    """The module's output on x, on x again (deterministic?), on each batch element alone (does it
+    mix the batch?) and every submodule's output on the way (where does it depart?)."""
+    run = attempt(module, x, sizes=sizes)
+    if "out" in run:
+        run["again"] = attempt(module, x.clone(), sizes=sizes).get("out")
+        if batched:
+            run["alone"] = [attempt(module, x[b:b + 1].clone(), sizes=sizes).get("out") for b in range(x.shape[0])]
+        run["steps"] = attempt(lambda v: trace(module, v, with_inputs=True), x.clone(), sizes=sizes).get("out")
+    return run
+
+
+def _mismatch(expected, out, variants: dict, diagnosis: dict, run: dict, ours: dict | None = None) -> None:
+    """Raise the message for a wrong output: a catalogued mistake's name, what the output itself
+    establishes, and where inside the module the first value departs from the reference's."""
+    what, tol = diagnosis["what"], diagnosis["atol"]
+    if not isinstance(out, torch.Tensor) or out.shape != expected.shape:
+        raise CheckFailed(explain_mismatch(expected, out, **diagnosis))
+    if close(expected, out, tol, tol) and out.dtype == diagnosis["dtype"]:
+        return
+    rule, message = diagnose(expected, out, **diagnosis)
+    label = None if rule in ("rule_determinism", "rule_batch") else identify(out, variants, tol, tol)
+    if label:
+        raise CheckFailed(f"{what}: {label}. Evidence: {first_mismatch(expected, out, tol, tol)}.")
+    steps = run.get("steps")
+    if rule in ("generic", "rule_localised") and ours and isinstance(steps, dict):
+        inside = first_divergence(steps, ours, tol, tol)
+        if inside:
+            lead = f"{what} is wrong" if rule == "generic" else message.partition(" Evidence: ")[0].rstrip(".")
+            message = f"{lead}. Inside the model, {inside}"
+    raise CheckFailed(message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,6 +84,10 @@ def _lm_inputs(seed, V, C, batch, T, dtype):
     return w_emb.to(dtype), w_head.to(dtype), ids, direction.to(dtype)
 
 
+def _lm_sizes(V, C, batch, T) -> dict[str, int]:
+    return {**({"B": batch[0]} if batch else {}), "T": T, "V": V, "C": C}
+
+
 def _structure(model: nn.Module) -> dict:
     emb = getattr(model, "word_to_embedding", None)
     head = getattr(model, "lm_head", None)
@@ -83,33 +100,29 @@ def _structure(model: nn.Module) -> dict:
     return {
         "shared": w_head is w_emb,
         "same_storage": bool(w_head.data_ptr() == w_emb.data_ptr()),
+        "transposed": bool(w_head.shape == w_emb.shape[::-1] != w_emb.shape),
         "equal_values": bool(w_head.shape == w_emb.shape and torch.equal(w_head.detach(), w_emb.detach())),
-        "head_is_parameter": isinstance(w_head, nn.Parameter),
         "head_shape": list(w_head.shape),
         "head_bias": head.bias is not None,
         "count": num_parameters(model),
-        "names": sorted(name for name, _ in model.named_parameters()),
     }
 
 
 def _probe_lm(cases):
     def probe(lm_class) -> dict:
-        if not isinstance(lm_class, type) or not issubclass(lm_class, nn.Module):
-            raise CheckFailed(f"expected the class BareBonesLM (an nn.Module), got {describe(lm_class)}")
-        runs = []
+        _class(lm_class, "BareBonesLM")
+        found = []
         for seed, V, C, batch, T, dtype in cases:
             w_emb, w_head, ids, direction = _lm_inputs(seed, V, C, batch, T, dtype)
-            ids_before = ids.clone()
-            run: dict = {}
+            sizes, ids_before = _lm_sizes(V, C, batch, T), ids.clone()
             # tied (the default): structure, then known weights in, logits out, one step on the embedding
             tied = lm_class(V, C)
-            run["tied"] = _structure(tied)
+            run: dict = {"tied": _structure(tied)}
             tied = tied.to(dtype)
             with torch.no_grad():
                 tied.word_to_embedding.weight.copy_(w_emb)
-            result = _attempt(tied, ids)
-            run["tied_logits"] = result
-            if "out" in result and isinstance(result["out"], torch.Tensor) and result["out"].shape == direction.shape:
+            result = run["tied_logits"] = _run_module(tied, ids, sizes, bool(batch))
+            if isinstance(result.get("out"), torch.Tensor) and result["out"].shape == direction.shape:
                 # a plain gradient step (torch.optim would import torch._dynamo, which rebinds
                 # torch.manual_seed, and the grader would take that for tampering)
                 weight = tied.word_to_embedding.weight
@@ -117,10 +130,7 @@ def _probe_lm(cases):
                 (result["out"] * direction).sum().backward()
                 with torch.no_grad():
                     weight -= LM_STEP_LR * weight.grad
-                run["after_step"] = {
-                    "embedding": tied.word_to_embedding.weight.detach().clone(),
-                    "head": tied.lm_head.weight.detach().clone(),
-                }
+                run["after_step"] = {"embedding": weight.detach().clone(), "head": tied.lm_head.weight.detach().clone()}
             # untied: two separate matrices, each loaded with its own known weights
             untied = lm_class(V, C, tie_weights=False)
             run["untied"] = _structure(untied)
@@ -129,10 +139,10 @@ def _probe_lm(cases):
                 with torch.no_grad():
                     untied.word_to_embedding.weight.copy_(w_emb)
                     untied.lm_head.weight.copy_(w_head)
-                run["untied_logits"] = _attempt(untied, ids)
+                run["untied_logits"] = _run_module(untied, ids, sizes, bool(batch))
             run["ids_changed"] = not torch.equal(ids, ids_before)
-            runs.append(run)
-        return {"runs": runs}
+            found.append(run)
+        return {"runs": found}
 
     return probe
 
@@ -154,49 +164,56 @@ def lm_variants(w_emb: torch.Tensor, w_head: torch.Tensor, ids: torch.Tensor) ->
 def _judge_structure(what: str, s: dict, V: int, C: int, tied: bool) -> None:
     if s.get("head_bias"):
         raise CheckFailed(f"{what}: lm_head has a bias; keep nn.Linear(emb_dim, n_vocab, bias=False).")
-    if tied:
-        if not s.get("shared"):
-            count = s.get("count")
-            if s.get("same_storage"):
-                problem = (
-                    "lm_head.weight shares the embedding's storage (.data) but is a second nn.Parameter: "
-                    "num_parameters counts it twice, and each gets its own gradient"
-                )
-            elif s.get("equal_values"):
-                problem = (
-                    "lm_head.weight is a copy of the embedding (equal values, a different tensor), "
-                    "e.g. nn.Parameter(weight.clone()) or copy_: it drifts apart at the first step "
-                    "and counts twice"
-                )
-            else:
-                problem = "lm_head.weight and word_to_embedding.weight are two separate matrices: nothing was tied"
-            raise CheckFailed(
-                f"{what} with tie_weights=True: {problem}. Tie by assigning the embedding's Parameter "
-                f"object itself to the head's weight attribute. Evidence: lm_head.weight is "
-                f"word_to_embedding.weight is False; num_parameters = {count}, expected {V * C}."
+    if tied and not s.get("shared"):
+        if s.get("same_storage") and s.get("transposed"):
+            problem = (
+                f"lm_head.weight is a new nn.Parameter made from the embedding transposed, shape "
+                f"{tuple(s.get('head_shape'))}: nn.Linear stores its weight as (out, in) = (V, C), the "
+                "table's own shape, so the head takes the table itself, with no .T; and a new Parameter "
+                "is a second tensor (num_parameters counts it twice)"
             )
-        if s.get("count") != V * C:
-            raise CheckFailed(f"{what}: num_parameters = {s.get('count')}, expected {V} x {C} = {V * C}.")
-    else:
-        if s.get("shared"):
-            raise CheckFailed(
-                f"{what} with tie_weights=False still ties the weights (lm_head.weight is "
-                "word_to_embedding.weight); tie only when tie_weights is true."
+        elif s.get("same_storage"):
+            problem = (
+                "lm_head.weight shares the embedding's storage (.data) but is a second nn.Parameter: "
+                "num_parameters counts it twice, and each gets its own gradient"
             )
-        if s.get("head_shape") != [V, C]:
-            raise CheckFailed(
-                f"{what} with tie_weights=False: lm_head.weight has shape {tuple(s.get('head_shape') or ())}, "
-                f"expected ({V}, {C})."
+        elif s.get("equal_values"):
+            problem = (
+                "lm_head.weight is a copy of the embedding (equal values, a different tensor), "
+                "e.g. nn.Parameter(weight.clone()) or copy_: it drifts apart at the first step "
+                "and counts twice"
             )
-        if s.get("count") != 2 * V * C:
-            raise CheckFailed(
-                f"{what} with tie_weights=False: num_parameters = {s.get('count')}, expected "
-                f"2 x {V} x {C} = {2 * V * C} (two separate matrices)."
-            )
+        else:
+            problem = "lm_head.weight and word_to_embedding.weight are two separate matrices: nothing was tied"
+        raise CheckFailed(
+            f"{what} with tie_weights=True: {problem}. Tie by assigning the embedding's Parameter "
+            f"object itself to the head's weight attribute. Evidence: lm_head.weight is "
+            f"word_to_embedding.weight is False; num_parameters = {s.get('count')}, expected {V * C}."
+        )
+    if tied and s.get("count") != V * C:
+        raise CheckFailed(f"{what}: num_parameters = {s.get('count')}, expected {V} x {C} = {V * C}.")
+    if not tied and s.get("shared"):
+        raise CheckFailed(
+            f"{what} with tie_weights=False still ties the weights (lm_head.weight is "
+            "word_to_embedding.weight); tie only when tie_weights is true."
+        )
+    if not tied and s.get("head_shape") != [V, C]:
+        raise CheckFailed(
+            f"{what} with tie_weights=False: lm_head.weight has shape {tuple(s.get('head_shape') or ())}, "
+            f"expected ({V}, {C})."
+        )
+    if not tied and s.get("count") != 2 * V * C:
+        raise CheckFailed(
+            f"{what} with tie_weights=False: num_parameters = {s.get('count')}, expected "
+            f"2 x {V} x {C} = {2 * V * C} (two separate matrices)."
+        )
 
 
-def _judge_logits(what: str, run: dict, expected: torch.Tensor, variants: dict, tol: float, ids) -> None:
-    _raised(what, run)
+def _judge_logits(what: str, run: dict, model: nn.Module, ids, w_head, sizes: dict, dtype) -> torch.Tensor:
+    """Compare the logits of ``run`` with ``model``'s (the reference's, float64); returns them."""
+    fail_if_raised(what, run)
+    ours = trace(model, ids, with_inputs=True)
+    expected = model(ids)
     out = run.get("out")
     if isinstance(out, torch.Tensor) and out.ndim == expected.ndim and out.shape[:-1] == expected.shape[:-1] \
             and out.shape[-1] != expected.shape[-1]:
@@ -204,44 +221,39 @@ def _judge_logits(what: str, run: dict, expected: torch.Tensor, variants: dict, 
             f"{what} should return logits of shape {tuple(expected.shape)} (…, V), got {tuple(out.shape)}: "
             "did you return the embeddings without applying lm_head?"
         )
-    out = expect_tensor(out, tuple(expected.shape), what)
-    if close(expected, out, tol, tol):
-        return
-    label = identify(out, variants, tol, tol)
-    evidence = first_mismatch(expected, out, tol, tol)
-    if label:
-        raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
-    raise CheckFailed(f"{what} differs from the reference. Evidence: {evidence}.")
+    w_emb = model.word_to_embedding.weight.detach()
+    diagnosis = {"what": what, "atol": _tol(dtype), "rtol": _tol(dtype), "axes": (*"BT"[-ids.ndim:], "V"),
+                 "sizes": sizes, "again": run.get("again"), "alone": run.get("alone"), "dtype": dtype}
+    _mismatch(expected.detach(), out, lm_variants(w_emb, w_head, ids), diagnosis, run, ours)
+    return expected
 
 
 def _judge_lm(cases):
     def judge(data: dict) -> str:
-        for case, run in zip(cases, _runs(data, len(cases)), strict=True):
+        for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, V, C, batch, T, dtype = case
             w_emb, w_head, ids, direction = _lm_inputs(*case)
-            what = f"BareBonesLM({V}, {C})"
-            tol = 1e-9 if dtype == torch.float64 else 1e-4
+            what, sizes, tol = f"BareBonesLM({V}, {C})", _lm_sizes(V, C, batch, T), _tol(dtype)
             if not isinstance(run.get("tied"), dict) or not isinstance(run.get("untied"), dict):
                 raise CheckFailed("the check's data is incomplete")
             _judge_structure(what, run["tied"], V, C, tied=True)
             _judge_structure(what, run["untied"], V, C, tied=False)
             if run.get("ids_changed") is not False:
                 raise CheckFailed(f"{what} changed its input ids in place.")
-            w64, h64, d64 = w_emb.double(), w_head.double(), direction.double()
+            w64, h64 = w_emb.double(), w_head.double()
             model = ref.BareBonesLM(V, C).double()
             with torch.no_grad():
                 model.word_to_embedding.weight.copy_(w64)
-            expected = model(ids)
             on = f"{what} on ids of shape {tuple(ids.shape)}"
-            _judge_logits(on, run.get("tied_logits", {}), expected.detach(), lm_variants(w64, w64, ids), tol, ids)
+            expected = _judge_logits(on, run.get("tied_logits") or {}, model, ids, w64, sizes, dtype)
             # one step of SGD on the embedding: the tied head must move with it
-            (expected * d64).sum().backward()
+            (expected * direction.double()).sum().backward()
             stepped = (w64 - LM_STEP_LR * model.word_to_embedding.weight.grad).detach()
             after = run.get("after_step")
-            if not isinstance(after, dict):
+            if not isinstance(after, dict) or not all(
+                    isinstance(after.get(k), torch.Tensor) and after[k].shape == (V, C) for k in ("head", "embedding")):
                 raise CheckFailed("the check's data is incomplete")
-            head = expect_tensor(after.get("head"), (V, C), f"{what}: lm_head.weight after a step")
-            emb = expect_tensor(after.get("embedding"), (V, C), f"{what}: word_to_embedding.weight after a step")
+            head, emb = after["head"], after["embedding"]
             if not close(emb, head, 0, 0):
                 raise CheckFailed(
                     f"{what}: after one gradient step on word_to_embedding.weight, lm_head.weight did not "
@@ -253,16 +265,14 @@ def _judge_lm(cases):
                     f"({first_mismatch(stepped, emb, tol, tol)}): the gradient must flow through both uses "
                     "of the matrix, the lookup and the head."
                 )
-            untied_run = run.get("untied_logits")
-            if not isinstance(untied_run, dict):
+            if not isinstance(run.get("untied_logits"), dict):
                 raise CheckFailed("the check's data is incomplete")
             untied = ref.BareBonesLM(V, C, tie_weights=False).double()
             with torch.no_grad():
                 untied.word_to_embedding.weight.copy_(w64)
                 untied.lm_head.weight.copy_(h64)
-                expected_untied = untied(ids)
-            _judge_logits(f"{what}, tie_weights=False, on ids of shape {tuple(ids.shape)}", untied_run,
-                          expected_untied, lm_variants(w64, h64, ids), tol, ids)
+                _judge_logits(f"{what}, tie_weights=False, on ids of shape {tuple(ids.shape)}",
+                              run["untied_logits"], untied, ids, h64, sizes, dtype)
         shapes = ", ".join(f"V={c[1]} C={c[2]} ids{(*c[3], c[4])}" for c in cases)
         return (
             f"BareBonesLM: {shapes}: the tied head is the embedding's own Parameter (V·C parameters, "
@@ -272,8 +282,7 @@ def _judge_lm(cases):
     return judge
 
 
-check_tied_lm = Check("check_tied_lm", _probe_lm(LM_CASES), _judge_lm(LM_CASES))
-check_tied_lm_hidden = Check("check_tied_lm_hidden", _probe_lm(LM_HIDDEN_CASES), _judge_lm(LM_HIDDEN_CASES), hidden=True)
+check_tied_lm, check_tied_lm_hidden = checks("check_tied_lm", _probe_lm, _judge_lm, (LM_CASES,), (LM_HIDDEN_CASES,))
 
 # ---------------------------------------------------------------------------------------------
 # cross_entropy(logits (..., V), targets (...)) -> 0-d tensor
@@ -293,8 +302,6 @@ CE_HIDDEN_CASES = [
     (56, (2, 5), 3, "large", torch.float32),
     (57, (4, 2, 3), 11, "normal", torch.float64),
 ]
-
-
 _LARGE = {torch.float32: 100.0, torch.float64: 1000.0}  # exp overflows beyond 88.7 and 709.8
 
 
@@ -312,27 +319,36 @@ def _ce_inputs(seed, lead, V, kind, dtype):
     return logits.to(dtype), targets
 
 
+def _ce_sizes(lead, V) -> dict[str, int]:
+    return {**(dict(zip("BT", lead, strict=True)) if len(lead) == 2 else {}), "N": math.prod(lead), "V": V}
+
+
 def _probe_ce(cases):
     def probe(cross_entropy) -> dict:
         if not callable(cross_entropy):
             raise CheckFailed(f"expected the function cross_entropy, got {describe(cross_entropy)}")
-        runs = []
+        found = []
         for case in cases:
             logits, targets = _ce_inputs(*case)
+            sizes, V = _ce_sizes(case[1], case[2]), case[2]
             logits.requires_grad_(True)
-            run = _attempt(cross_entropy, logits, targets)
+            run = attempt(cross_entropy, logits, targets, sizes=sizes)
             out = run.get("out")
             if isinstance(out, torch.Tensor) and out.numel() == 1:
                 if out.requires_grad:
-                    backward = _attempt(lambda loss: loss.sum().backward(), out)
+                    backward = attempt(lambda loss: loss.sum().backward(), out)
                     if "raised" in backward:
                         run["backward_raised"] = f"{backward['raised']}: {backward['message']}"
                     elif logits.grad is not None:
                         run["grad"] = logits.grad.clone()
                 else:
                     run["no_grad"] = True
-            runs.append(run)
-        return {"runs": runs}
+            # each row alone, as (1, V) logits: is one row's loss right, or only their combination wrong?
+            rows, wanted = logits.detach().reshape(-1, V), targets.reshape(-1)
+            run["alone"] = [attempt(cross_entropy, rows[i:i + 1].clone(), wanted[i:i + 1].clone(),
+                                    sizes={"N": 1, "V": V}).get("out") for i in range(min(len(rows), 24))]
+            found.append(run)
+        return {"runs": found}
 
     return probe
 
@@ -342,52 +358,91 @@ def ce_variants(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.
     V = logits.shape[-1]
     rows, wanted = logits.reshape(-1, V), targets.reshape(-1)  # (N, V), (N,)
     N = rows.shape[0]
+
+    def loss(log_probs):  # (N, V) -> the mean of -log p of the targets
+        return -log_probs[torch.arange(N), wanted].mean()
+
     logp = torch.log_softmax(rows, dim=-1)  # (N, V)
-    picked = logp[torch.arange(N), wanted]  # (N,)
-    loss = -picked.mean()
+    shifted = rows - rows.max(dim=-1, keepdim=True).values  # (N, V)
+    by_column = rows - rows.max(dim=0, keepdim=True).values  # (N, V): one maximum per vocabulary entry
+    lse = shifted.exp().sum(dim=-1, keepdim=True).log()  # (N, 1)
+    total = loss(logp) * N  # the sum of the N losses
     variants = {
-        "you summed over the positions instead of taking the mean": -picked.sum(),
+        "you summed over the positions instead of taking the mean": total,
         f"you averaged over the vocabulary too (divided by N·V instead of N); the mean is over the {N} "
-        "positions only": loss / V,
-        "the sign is wrong: the loss is the *negative* log-probability": -loss,
-        "you used log base 2 (or 10); use the natural log": loss / math.log(2),
-        "you used log base 10; use the natural log": loss / math.log(10),
-        "you forgot the log: that is the mean of -p, not of -log p": -picked.exp().mean(),
+        "positions only": total / (N * V),
+        "the sign is wrong: the loss is the *negative* log-probability": -loss(logp),
+        "you used log base 2 (or 10); use the natural log": loss(logp) / math.log(2),
+        "you used log base 10; use the natural log": loss(logp) / math.log(10),
+        "you forgot the log: that is the mean of -p, not of -log p": -logp.exp()[torch.arange(N), wanted].mean(),
         "you took every target in every row (logp[:, targets]); pick one entry per row, "
         "logp[torch.arange(N), targets]": -logp[:, wanted].mean(),
         "you did not normalise: the logits themselves are not log-probabilities; subtract the log of the "
-        "sum of exponentials": -rows[torch.arange(N), wanted].mean(),
+        "sum of exponentials": loss(rows),
+        "you did not normalise: subtracting the row's maximum is not enough, the log of the sum of the "
+        "exponentials must be subtracted too": loss(shifted),
+        "the log of the sum of exponentials is added instead of subtracted": loss(shifted + lse),
+        "you subtracted the sum of the exponentials, not its log": loss(shifted - lse.exp()),
+        "you took the mean of the exponentials inside the log instead of their sum: that makes every "
+        f"loss smaller by ln V = ln {V}": loss(shifted - (lse - math.log(V))),
+        "the softmax runs over the positions (dim 0 of the (N, V) rows), not over the vocabulary "
+        "(dim=-1): every row must be normalised on its own": loss(torch.log_softmax(rows, dim=0)),
+        "the maximum is taken over the positions (dim 0 of the (N, V) rows), not over each row "
+        "(dim=-1): subtracting a different number from each entry of a row changes its softmax": loss(
+            by_column - by_column.exp().sum(dim=-1, keepdim=True).log()),
+        "the sum of the exponentials runs over the positions (dim 0 of the (N, V) rows), not over "
+        "each row's vocabulary (dim=-1)": loss(shifted - shifted.exp().sum(dim=0, keepdim=True).log()),
+        "you averaged the log-probabilities of every class, not only the target's: pick the one entry "
+        "per row whose column is the target": -logp.mean(),
+        "the targets are off by one: you picked column target - 1": loss(logp.roll(1, dims=-1)),
     }
-    wrong = torch.log_softmax(rows, dim=0)[torch.arange(N), wanted]
-    variants["the softmax runs over the positions (dim 0 of the (N, V) rows), not over the vocabulary "
-             "(dim=-1): every row must be normalised on its own"] = -wrong.mean()
     for dim in range(logits.ndim - 1) if logits.ndim >= 3 else ():
-        wrong = torch.log_softmax(logits, dim=dim).reshape(-1, V)[torch.arange(N), wanted]
-        variants[f"the softmax runs over dimension {dim}, not over the vocabulary (the last dimension)"] = -wrong.mean()
+        wrong = torch.log_softmax(logits, dim=dim).reshape(-1, V)
+        variants[f"the softmax runs over dimension {dim}, not over the vocabulary (the last dimension)"] = loss(wrong)
+    for name, k in _ce_sizes(tuple(targets.shape), V).items():
+        if k not in (1, N):
+            variants[f"you divided the sum of the {N} losses by {name} = {k}; the mean divides by the number "
+                     f"of positions, N = {N}"] = total / k
     return variants
+
+
+def _ce_alone(what: str, run: dict, logits, targets, tol: float) -> str | None:
+    """What the student's loss of each row alone establishes: whether one row's loss is right."""
+    V = logits.shape[-1]
+    rows, wanted = logits.double().reshape(-1, V), targets.reshape(-1)
+    alone = run.get("alone")
+    n = min(len(rows), 24)
+    if not isinstance(alone, list) or len(alone) != n or not all(
+            isinstance(a, torch.Tensor) and a.numel() == 1 for a in alone):
+        return None
+    mine = torch.stack([a.reshape(()).double() for a in alone])  # (n,)
+    ours = -torch.log_softmax(rows[:n], dim=-1)[torch.arange(n), wanted[:n]]  # (n,)
+    if close(ours, mine, tol, tol):
+        return (f"{what}: each row alone, given as (1, V) logits, gets the right loss, but the rows together "
+                "do not: the rows are combined wrongly (an operation across the rows, such as a max, a sum or "
+                "a softmax over the positions instead of over dim=-1, or an average over something other "
+                f"than the {len(rows)} positions).")
+    rule, message = diagnose(ours, mine, what="the loss of each row given alone as (1, V) logits", atol=tol,
+                             rtol=tol, axes=("N",), sizes={"N": n, "V": V})
+    lnv = " (ln V: a mean where a sum belongs, or the reverse)" if f"{-math.log(V):.4g}" in message else ""
+    return f"{what}: already wrong for a single row, so the mistake is in one row's loss: {message}{lnv}"
 
 
 def _judge_ce(cases):
     def judge(data: dict) -> str:
-        for case, run in zip(cases, _runs(data, len(cases)), strict=True):
+        found = runs(data, len(cases))
+        for case, run in zip(cases, found, strict=True):
             seed, lead, V, kind, dtype = case
             logits, targets = _ce_inputs(*case)
             what = f"cross_entropy(logits {tuple(logits.shape)} {str(dtype).replace('torch.', '')}, targets {tuple(targets.shape)})"
-            if "raised" in run:
-                flat_worked = any(
-                    "out" in r for c, r in zip(cases, data["runs"], strict=False) if isinstance(r, dict) and len(c[1]) == 1
-                )
-                if len(lead) > 1 and flat_worked:
-                    raise CheckFailed(
-                        f"{what} raised {run['raised']} ({run.get('message', '')}), although (N, V) logits "
-                        "worked: flatten first, logits.reshape(-1, V) and targets.reshape(-1)."
-                    )
-                if "in-place" in run.get("message", "") or "inplace" in run.get("message", ""):
-                    raise CheckFailed(
-                        f"{what} raised {run['raised']} ({run.get('message', '')}): do not change logits in "
-                        "place (x -= m); compute a new tensor (x - m)."
-                    )
-                _raised(what, run)
+            message = run.get("message", "")
+            if "raised" in run and len(lead) > 1 and any("out" in r for c, r in zip(cases, found, strict=True)
+                                                          if len(c[1]) == 1):
+                fail_if_raised(what, run, hint=", although (N, V) logits worked: flatten first, "
+                               "logits.reshape(-1, V) and targets.reshape(-1).")
+            if "in-place" in message or "inplace" in message:
+                fail_if_raised(what, run, hint=": do not change logits in place (x -= m); compute a new tensor (x - m).")
+            fail_if_raised(what, run)
             out = run.get("out")
             if isinstance(out, float):
                 raise CheckFailed(
@@ -402,8 +457,7 @@ def _judge_ce(cases):
             if not isinstance(out, torch.Tensor) or out.numel() != 1:
                 raise CheckFailed(f"{what} should return a 0-d tensor, got {describe(out)}.")
             expected = ref.cross_entropy(logits.double(), targets)
-            tol = 1e-9 if dtype == torch.float64 else 1e-4
-            got = out.reshape(())
+            tol, got = _tol(dtype), out.reshape(())
             if not torch.isfinite(got):
                 if kind == "large":
                     raise CheckFailed(
@@ -419,11 +473,14 @@ def _judge_ce(cases):
                         "and log(0) = -inf. Subtract each row's own maximum (max over dim=-1, keepdim=True). "
                         f"Expected {expected.item():.6g}."
                     )
-                raise CheckFailed(f"{what} returned {got.item()}; expected {expected.item():.6g}.")
+            if got.dtype != dtype or not torch.isfinite(got):
+                raise CheckFailed(explain_mismatch(expected, got, what=what, atol=tol, rtol=tol, dtype=dtype))
             if not close(expected, got, tol, tol):
                 label = identify(got, ce_variants(logits.double(), targets), tol, tol)
                 evidence = f"expected {expected.item():.10g}, got {got.item():.10g}"
-                raise CheckFailed(f"{what}: {label}. Evidence: {evidence}." if label else f"{what}: {evidence}.")
+                if label:
+                    raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
+                raise CheckFailed(f"{_ce_alone(what, run, logits, targets, tol) or what + ':'} Evidence: {evidence}.")
             if run.get("no_grad"):
                 raise CheckFailed(
                     f"{what} has the right value but is cut off from the logits (no grad_fn): do not use "
@@ -431,14 +488,14 @@ def _judge_ce(cases):
                 )
             if "backward_raised" in run:
                 raise CheckFailed(f"{what}: backward() raised {run['backward_raised']}.")
+            x = logits.detach().double().requires_grad_(True)
+            ref.cross_entropy(x, targets).backward()
             grad = run.get("grad")
-            expected_grad = _ref_grad(logits, targets)
-            grad = expect_tensor(grad, tuple(logits.shape), f"{what}: the gradient of the loss")
-            if not close(expected_grad, grad, tol, tol):
-                raise CheckFailed(
-                    f"{what}: the value is right but the gradient is not "
-                    f"({first_mismatch(expected_grad, grad, tol, tol)}); something on the way is detached."
-                )
+            if not isinstance(grad, torch.Tensor) or grad.shape != x.shape or not close(x.grad, grad, tol, tol):
+                evidence = first_mismatch(x.grad, grad, tol, tol) if isinstance(grad, torch.Tensor) and \
+                    grad.shape == x.shape else f"the gradient is {describe(grad)}"
+                raise CheckFailed(f"{what}: the value is right but the gradient is not ({evidence}); something "
+                                  "on the way is detached.")
         shapes = ", ".join(f"{(*c[1], c[2])} {c[3]}" for c in cases)
         return (
             f"cross_entropy: logits {shapes}: value and gradient match the reference, finite for large logits."
@@ -447,15 +504,8 @@ def _judge_ce(cases):
     return judge
 
 
-def _ref_grad(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    x = logits.detach().double().requires_grad_(True)
-    ref.cross_entropy(x, targets).backward()
-    return x.grad
-
-
-check_cross_entropy = Check("check_cross_entropy", _probe_ce(CE_CASES), _judge_ce(CE_CASES))
-check_cross_entropy_hidden = Check(
-    "check_cross_entropy_hidden", _probe_ce(CE_HIDDEN_CASES), _judge_ce(CE_HIDDEN_CASES), hidden=True
+check_cross_entropy, check_cross_entropy_hidden = checks(
+    "check_cross_entropy", _probe_ce, _judge_ce, (CE_CASES,), (CE_HIDDEN_CASES,)
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -464,10 +514,11 @@ check_cross_entropy_hidden = Check(
 # (seed, C, H, batch shape, T, dtype)
 MLP_CASES = [(40, 5, 16, (2,), 3, torch.float64)]
 MLP_HIDDEN_CASES = [(41, 7, 4, (), 3, torch.float32), (42, 6, 9, (4,), 2, torch.float64)]
+MLP_LAYERS = {"model.0": "the first linear layer", "model.1": "the ReLU", "model.2": "the second linear layer"}
 
 
-def _mlp_shapes(C: int, H: int) -> dict[str, tuple[int, ...]]:
-    return {"model.0.weight": (H, C), "model.0.bias": (H,), "model.2.weight": (C, H), "model.2.bias": (C,)}
+def _mlp_shapes(C: int, H: int) -> dict[str, list[int]]:
+    return {"model.0.weight": [H, C], "model.0.bias": [H], "model.2.weight": [C, H], "model.2.bias": [C]}
 
 
 def _mlp_inputs(seed, C, H, batch, T, dtype):
@@ -479,9 +530,8 @@ def _mlp_inputs(seed, C, H, batch, T, dtype):
 
 def _probe_mlp(cases):
     def probe(mlp_class) -> dict:
-        if not isinstance(mlp_class, type) or not issubclass(mlp_class, nn.Module):
-            raise CheckFailed(f"expected the class MLP (an nn.Module), got {describe(mlp_class)}")
-        runs = []
+        _class(mlp_class, "MLP")
+        found = []
         for seed, C, H, batch, T, dtype in cases:
             weights, x = _mlp_inputs(seed, C, H, batch, T, dtype)
             mlp = mlp_class(C, H)
@@ -492,17 +542,17 @@ def _probe_mlp(cases):
                 "sequential": isinstance(inner, nn.Sequential),
                 "layers": [type(m).__name__ for m in inner] if isinstance(inner, nn.Sequential) else [],
             }
-            expected_shapes = {k: list(v) for k, v in _mlp_shapes(C, H).items()}
-            if run["params"] == expected_shapes:
+            if run["params"] == _mlp_shapes(C, H):
                 mlp = mlp.to(dtype)
                 with torch.no_grad():
                     for name, param in mlp.named_parameters():
                         param.copy_(weights[name])
                     before = x.clone()
-                    run.update(_attempt(mlp, x))
+                    run.update(_run_module(mlp, x, {**({"B": batch[0]} if batch else {}), "T": T, "C": C, "H": H},
+                                           bool(batch)))
                     run["x_changed"] = not torch.equal(before, x)
-            runs.append(run)
-        return {"runs": runs}
+            found.append(run)
+        return {"runs": found}
 
     return probe
 
@@ -518,6 +568,9 @@ def mlp_variants(weights: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
         "you used GELU instead of ReLU; the interface is nn.ReLU()": lin("model.2", F.gelu(pre)),
         "you used tanh instead of ReLU; the interface is nn.ReLU()": lin("model.2", torch.tanh(pre)),
         "you used a sigmoid instead of ReLU; the interface is nn.ReLU()": lin("model.2", torch.sigmoid(pre)),
+        "you used LeakyReLU instead of ReLU: negative values must become 0; the interface is nn.ReLU()": lin(
+            "model.2", F.leaky_relu(pre)),
+        "you used a softmax instead of ReLU; the interface is nn.ReLU()": lin("model.2", torch.softmax(pre, dim=-1)),
         "there is a ReLU after the last layer too: the output can never be negative; the MLP ends with "
         "the second linear layer": torch.relu(out),
         "forward adds the input (a residual connection, x + mlp(x)); the MLP returns only its own output "
@@ -527,62 +580,66 @@ def mlp_variants(weights: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
+def _mlp_structure(what: str, run: dict, C: int, H: int) -> None:
+    params, layers, want = run.get("params"), run.get("layers") or [], _mlp_shapes(C, H)
+    if not isinstance(params, dict):
+        raise CheckFailed("the check's data is incomplete")
+    if params != want:
+        first = params.get("model.0.weight")
+        if not run.get("sequential"):
+            problem = ("store the layers in self.model = nn.Sequential(...): the parameter names are part "
+                       "of the interface")
+        elif layers == ["Linear", "Linear"]:
+            problem = "the ReLU between the two linear layers is missing (so the second layer is model.1)"
+        elif first == [C, H] and params.get("model.2.weight") == [H, C]:
+            problem = (f"the layer sizes are swapped: the first layer goes from emb_dim={C} into "
+                       f"n_hidden={H}, nn.Linear({C}, {H}), and the second comes back, nn.Linear({H}, {C})")
+        elif first and "model.0.bias" not in params:
+            problem = "the linear layers have no bias; keep nn.Linear's default bias=True"
+        elif first == [C, C] or params.get("model.2.weight") == [C, C]:
+            problem = f"the hidden layer has emb_dim={C} units instead of n_hidden={H}"
+        elif first and first[1:] == [C] and params.get("model.2.weight") == [C, first[0]]:
+            problem = f"the hidden layer has {first[0]} units instead of n_hidden={H}"
+        elif layers and layers[0] != "Linear":
+            problem = f"the Sequential should start with the linear layer; it holds {layers}"
+        elif first and first[0] != H:
+            problem = f"the first layer has {first[0]} outputs, but it should have n_hidden={H}: nn.Linear({C}, {H})"
+        else:
+            problem = f"the second layer should map n_hidden={H} back to emb_dim={C}, nn.Linear({H}, {C}); the layers are {layers}"
+        names = ", ".join(f"{k} {tuple(v)}" for k, v in params.items()) or "none"
+        expected = ", ".join(f"{k} {tuple(v)}" for k, v in want.items())
+        raise CheckFailed(f"{what}: {problem}. Parameters: {names}; expected {expected}.")
+    if run.get("count") != C * H + H + H * C + C:
+        raise CheckFailed(f"{what}: num_parameters = {run.get('count')}, expected {C * H + H + H * C + C}.")
+
+
 def _judge_mlp(cases):
     def judge(data: dict) -> str:
-        for case, run in zip(cases, _runs(data, len(cases)), strict=True):
+        for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, C, H, batch, T, dtype = case
             weights, x = _mlp_inputs(*case)
-            what = f"MLP(emb_dim={C}, n_hidden={H})"
-            expected_shapes = {k: list(v) for k, v in _mlp_shapes(C, H).items()}
-            params = run.get("params")
-            if not isinstance(params, dict):
-                raise CheckFailed("the check's data is incomplete")
-            layers = run.get("layers") or []
-            if params != expected_shapes:
-                names = ", ".join(f"{k} {tuple(v)}" for k, v in params.items()) or "none"
-                want = ", ".join(f"{k} {tuple(v)}" for k, v in expected_shapes.items())
-                if not run.get("sequential"):
-                    problem = (
-                        "store the layers in self.model = nn.Sequential(...): the parameter names are part "
-                        "of the interface"
-                    )
-                elif layers == ["Linear", "Linear"]:
-                    problem = "the ReLU between the two linear layers is missing (so the second layer is model.1)"
-                elif params.get("model.0.weight") == [C, H] and params.get("model.2.weight") == [H, C]:
-                    problem = (
-                        f"the layer sizes are swapped: the first layer goes from emb_dim={C} into "
-                        f"n_hidden={H}, nn.Linear({C}, {H}), and the second comes back, nn.Linear({H}, {C})"
-                    )
-                elif "model.0.weight" in params and "model.0.bias" not in params:
-                    problem = "the linear layers have no bias; keep nn.Linear's default bias=True"
-                elif params.get("model.0.weight") == [C, C] or params.get("model.2.weight") == [C, C]:
-                    problem = f"the hidden layer has emb_dim={C} units instead of n_hidden={H}"
-                elif layers and layers[0] != "Linear":
-                    problem = f"the Sequential should start with the linear layer; it holds {layers}"
-                else:
-                    problem = f"the layers are {layers or 'not an nn.Sequential'}"
-                raise CheckFailed(f"{what}: {problem}. Parameters: {names}; expected {want}.")
-            if run.get("count") != C * H + H + H * C + C:
-                raise CheckFailed(f"{what}: num_parameters = {run.get('count')}, expected {C * H + H + H * C + C}.")
-            _raised(f"{what} on x of shape {tuple(x.shape)}", run)
+            _mlp_structure(f"MLP(emb_dim={C}, n_hidden={H})", run, C, H)
+            what = f"MLP(emb_dim={C}, n_hidden={H}) on x of shape {tuple(x.shape)}"
+            fail_if_raised(what, run)
             if run.get("x_changed") is not False:
                 raise CheckFailed(f"{what} changed its input x in place; a layer must leave x alone.")
-            what = f"{what} on x of shape {tuple(x.shape)}"
-            out = expect_tensor(run.get("out"), tuple(x.shape), what)
             mlp = ref.MLP(C, H).double()
             with torch.no_grad():
                 for name, param in mlp.named_parameters():
                     param.copy_(weights[name].double())
                 expected = mlp(x.double())
-            tol = 1e-9 if dtype == torch.float64 else 1e-4
-            if close(expected, out, tol, tol):
-                continue
-            w64 = {k: v.double() for k, v in weights.items()}
-            label = identify(out, mlp_variants(w64, x.double()), tol, tol)
-            evidence = first_mismatch(expected, out, tol, tol)
-            if label:
-                raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
-            raise CheckFailed(f"{what} differs from the reference. Evidence: {evidence}.")
+                ours = trace(mlp, x.double(), with_inputs=True)
+            diagnosis = {"what": what, "atol": _tol(dtype), "rtol": _tol(dtype), "axes": (*"BT"[-x.ndim + 1:], "C"),
+                         "sizes": {**({"B": batch[0]} if batch else {}), "T": T, "C": C, "H": H},
+                         "again": run.get("again"), "alone": run.get("alone"), "dtype": dtype}
+            try:
+                _mismatch(expected, run.get("out"), mlp_variants({k: v.double() for k, v in weights.items()},
+                                                                 x.double()), diagnosis, run, ours)
+            except CheckFailed as failed:  # name the layers of the Sequential by what they are
+                message = str(failed)
+                for name, gloss in MLP_LAYERS.items():
+                    message = message.replace(f"{name} ", f"{name} ({gloss}) ").replace(f"{name};", f"{name} ({gloss});")
+                raise CheckFailed(message) from None
         shapes = ", ".join(f"MLP({c[1]}, {c[2]}) on {(*c[3], c[4], c[1])}" for c in cases)
         counts = ", ".join(str(c[1] * c[2] * 2 + c[1] + c[2]) for c in cases)
         return f"MLP: {shapes}: parameter names, shapes and counts ({counts}) and outputs match the reference."
@@ -590,5 +647,4 @@ def _judge_mlp(cases):
     return judge
 
 
-check_mlp = Check("check_mlp", _probe_mlp(MLP_CASES), _judge_mlp(MLP_CASES))
-check_mlp_hidden = Check("check_mlp_hidden", _probe_mlp(MLP_HIDDEN_CASES), _judge_mlp(MLP_HIDDEN_CASES), hidden=True)
+check_mlp, check_mlp_hidden = checks("check_mlp", _probe_mlp, _judge_mlp, (MLP_CASES,), (MLP_HIDDEN_CASES,))

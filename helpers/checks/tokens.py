@@ -3,33 +3,58 @@ parameter count by formula.
 
 Shape legend: B batch, T sequence length, C embedding size (emb_dim), V vocabulary size (n_vocab).
 Batched inputs use a B different from T, so that slicing the wrong dimension shows.
+
+``attempt`` and ``runs`` are shared with lesson 02's checks (``helpers.checks.language_models``).
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 from torch import nn
 
 from helpers.checks.core import Check, CheckFailed, describe, first_mismatch
+from helpers.checks.diagnose import case_sizes, diagnose, explain_exception
 from helpers.params import num_parameters
 from helpers.reference import tokens as ref
 
 VOCAB = 256
 
 
-def _attempt(fn, *args) -> dict:
-    """Call the student's ``fn``; an exception becomes data (the judge names the likely cause).
-    ``NotImplementedError`` passes through: the exercise is not answered yet."""
+def attempt(fn, *args, sizes: dict[str, int] | None = None) -> dict:
+    """Call the student's ``fn`` on one case of ``sizes``; an exception becomes data: its type,
+    message and explanation (where it was raised, the tensors on that line). ``NotImplementedError``
+    passes through: the exercise is not answered yet."""
     try:
-        return {"out": fn(*args)}
+        with case_sizes(sizes or {}):
+            return {"out": fn(*args)}
     except NotImplementedError:
         raise
     except Exception as exc:  # noqa: BLE001 - any error of the student's code is data here
-        return {
-            "raised": type(exc).__name__,
-            "message": str(exc)[:500],
-            "value_error": isinstance(exc, ValueError),
-        }
+        explained = explain_exception(exc, sizes)
+        return {"raised": type(exc).__name__, "message": str(exc)[:500], "value_error": isinstance(exc, ValueError),
+                "explained": explained.rpartition("\n(The error itself:")[0][:1500]}
+
+
+def fail_if_raised(what: str, run: dict, hint: str = "") -> None:
+    """The student's code raised: say where and what it means (``hint``: the likely cause)."""
+    if "raised" in run:
+        kind, message, explained = run["raised"], run.get("message", ""), run.get("explained") or ""
+        raise CheckFailed("\n".join(x for x in (f"{what} raised {kind}: {message}{hint}", explained) if x))
+
+
+def runs(data: dict, n: int, key: str = "runs") -> list:
+    found = data.get(key)
+    if not isinstance(found, list) or len(found) != n or not all(isinstance(r, dict) for r in found):
+        raise CheckFailed("the check's data is incomplete")
+    return found
+
+
+def checks(name: str, probe, judge, visible, hidden) -> tuple[Check, Check]:
+    """The visible check ``name`` and its hidden twin ``name_hidden``, on their own cases."""
+    return (Check(name, probe(*visible), judge(*visible)),
+            Check(f"{name}_hidden", probe(*hidden), judge(*hidden), hidden=True))
 
 
 def _expect_callable(obj, name: str) -> None:
@@ -37,15 +62,12 @@ def _expect_callable(obj, name: str) -> None:
         raise CheckFailed(f"expected the function {name}, got {describe(obj)}")
 
 
-def _runs(data: dict, n: int) -> list:
-    runs = data.get("runs")
-    if not isinstance(runs, list) or len(runs) != n or not all(isinstance(r, dict) for r in runs):
-        raise CheckFailed("the check's data is incomplete")
-    return runs
-
-
 def _show(text: str) -> str:
     return repr(text) if len(text) <= 40 else repr(text[:37]) + "…"
+
+
+def _spelled(ids: list[int]) -> str:
+    return "".join(chr(i) if 0 <= i < 0x110000 else "�" for i in ids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,20 +84,15 @@ ENCODE_BAD_HIDDEN = ["5 €", "hi 🙂!", "ok" * 20 + "Ω"]
 def _probe_encode(ok_texts, bad_texts):
     def probe(encode) -> dict:
         _expect_callable(encode, "encode")
-        return {
-            "ok": [_attempt(encode, text) for text in ok_texts],
-            "bad": [_attempt(encode, text) for text in bad_texts],
-        }
+        return {key: [attempt(encode, text, sizes={"T": len(text)}) for text in texts]
+                for key, texts in (("ok", ok_texts), ("bad", bad_texts))}
 
     return probe
 
 
 def _offender(text: str) -> tuple[int, str]:
     """The position and character of the first code point outside the vocabulary."""
-    for position, ch in enumerate(text):
-        if ord(ch) >= VOCAB:
-            return position, ch
-    raise ValueError(f"{text!r} has no character outside the vocabulary")
+    return next((position, ch) for position, ch in enumerate(text) if ord(ch) >= VOCAB)
 
 
 def _names(message: str, ch: str) -> bool:
@@ -85,16 +102,20 @@ def _names(message: str, ch: str) -> bool:
     return ch in message or str(code) in message or f"{code:x}" in low or repr(ch)[1:-1] in message
 
 
+def _names_position(message: str, position: int) -> bool:
+    """Does it say where (the position as a number of its own, counted from 0 or from 1)?"""
+    return any(re.search(rf"(?<![\d.]){p}(?![\d.])", message) for p in (position, position + 1))
+
+
 def _judge_encode_ok(text: str, run: dict) -> None:
     what = f"encode({_show(text)})"
     expected = ref.encode(text)  # (T,)
-    if "raised" in run:
-        if "ÿ" in text and run["raised"] == "ValueError":
-            raise CheckFailed(
-                f"{what} raised ValueError ({run['message']!r}), but 'ÿ' is code point 255, the last "
-                "valid id: ids run from 0 to 255, so refuse a code point only when it is >= 256."
-            )
-        raise CheckFailed(f"{what} raised {run['raised']}: {run['message']}")
+    if "ÿ" in text and run.get("raised") == "ValueError":
+        raise CheckFailed(
+            f"{what} raised ValueError ({run['message']!r}), but 'ÿ' is code point 255, the last "
+            "valid id: ids run from 0 to 255, so refuse a code point only when it is >= 256."
+        )
+    fail_if_raised(what, run)
     out = run.get("out")
     if isinstance(out, list):
         raise CheckFailed(
@@ -118,11 +139,15 @@ def _judge_encode_ok(text: str, run: dict) -> None:
             f"'é' is one code point, 233, but two UTF-8 bytes. Use ord(ch) for every character."
         )
     if tuple(out.shape) != (len(text),):
+        spelled = f" (they spell {_show(_spelled(out.reshape(-1).tolist()))})" if out.numel() < 1000 else ""
         raise CheckFailed(
-            f"{what} should return shape ({len(text)},), one id per character, got {tuple(out.shape)}."
+            f"{what} should return shape ({len(text)},), one id per character, got "
+            f"{tuple(out.shape)}{spelled}."
         )
     if not torch.equal(out, expected):
-        raise CheckFailed(f"{what} gave wrong ids: {first_mismatch(expected, out, 0, 0)}.")
+        _, message = diagnose(expected, out, what=f"{what} returned ids that spell {_show(_spelled(out.tolist()))}",
+                              atol=0, rtol=0, axes=("T",), sizes={"T": len(text)}, dtype=torch.long)
+        raise CheckFailed(f"{message} Each id must be ord(ch) of its character, in the text's order.")
 
 
 def _judge_encode_bad(text: str, run: dict) -> None:
@@ -163,34 +188,31 @@ def _judge_encode_bad(text: str, run: dict) -> None:
             f"{what} raised ValueError({message!r}), which does not say which character is the "
             f"problem. Name it: {ch!r} (code point {code}) at position {position}."
         )
+    if not _names_position(message, position):
+        raise CheckFailed(
+            f"{what} raised ValueError({message!r}), which names the character but not its position: "
+            f"say where it is in the text (position {position}), so that it can be found in a long text."
+        )
 
 
 def _judge_encode(ok_texts, bad_texts):
     def judge(data: dict) -> str:
-        ok = data.get("ok")
-        bad = data.get("bad")
-        if not isinstance(ok, list) or len(ok) != len(ok_texts) or not isinstance(bad, list) or len(bad) != len(bad_texts):
-            raise CheckFailed("the check's data is incomplete")
-        for text, run in zip(ok_texts, ok, strict=True):
-            _judge_encode_ok(text, run if isinstance(run, dict) else {})
-        for text, run in zip(bad_texts, bad, strict=True):
-            _judge_encode_bad(text, run if isinstance(run, dict) else {})
+        for text, run in zip(ok_texts, runs(data, len(ok_texts), "ok"), strict=True):
+            _judge_encode_ok(text, run)
+        for text, run in zip(bad_texts, runs(data, len(bad_texts), "bad"), strict=True):
+            _judge_encode_bad(text, run)
         accepted = ", ".join(_show(t) for t in ok_texts)
         refused = ", ".join(_show(t) for t in bad_texts)
         return (
             f"encode: {accepted} give one torch.long code point per character; "
-            f"{refused} raise a ValueError that names the character."
+            f"{refused} raise a ValueError that names the character and its position."
         )
 
     return judge
 
 
-check_encode = Check("check_encode", _probe_encode(ENCODE_OK, ENCODE_BAD), _judge_encode(ENCODE_OK, ENCODE_BAD))
-check_encode_hidden = Check(
-    "check_encode_hidden",
-    _probe_encode(ENCODE_OK_HIDDEN, ENCODE_BAD_HIDDEN),
-    _judge_encode(ENCODE_OK_HIDDEN, ENCODE_BAD_HIDDEN),
-    hidden=True,
+check_encode, check_encode_hidden = checks(
+    "check_encode", _probe_encode, _judge_encode, (ENCODE_OK, ENCODE_BAD), (ENCODE_OK_HIDDEN, ENCODE_BAD_HIDDEN)
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -203,34 +225,30 @@ DECODE_TEXTS_HIDDEN = ["", "tab\tand\nnewline", "\x00ÿ\x7f", "".join(chr(i) for
 def _probe_decode(texts):
     def probe(decode) -> dict:
         _expect_callable(decode, "decode")
-        runs = []
-        for text in texts:
-            ids = torch.tensor([ord(ch) for ch in text], dtype=torch.long)  # (T,)
-            runs.append(_attempt(decode, ids))
-        return {"runs": runs}
+        ids = [torch.tensor([ord(ch) for ch in text], dtype=torch.long) for text in texts]  # (T,) each
+        return {"runs": [attempt(decode, x, sizes={"T": len(x)}) for x in ids]}
 
     return probe
 
 
 def _judge_decode(texts):
     def judge(data: dict) -> str:
-        for text, run in zip(texts, _runs(data, len(texts)), strict=True):
+        for text, run in zip(texts, runs(data, len(texts)), strict=True):
             ids = [ord(ch) for ch in text]
             text = ref.decode(torch.tensor(ids, dtype=torch.long))  # the reference is the last word
             what = f"decode(ids of {_show(text)})"
-            if "raised" in run:
-                kind, message = run["raised"], run.get("message", "")
-                if kind == "UnicodeDecodeError" or "utf-8" in message.lower():
-                    raise CheckFailed(
-                        f"{what} raised {kind} ({message!r}): the ids are code points, not UTF-8 bytes. "
-                        "Turn each id into its character with chr."
-                    )
-                if "single element" in message or "only integer" in message or "scalar" in message:
-                    raise CheckFailed(
-                        f"{what} raised {kind} ({message!r}): chr takes one number. Call it on each "
-                        "id (ids.tolist() gives them as Python ints), then join the characters."
-                    )
-                raise CheckFailed(f"{what} raised {kind}: {message}")
+            kind, message = run.get("raised"), run.get("message", "")
+            if kind == "UnicodeDecodeError" or "utf-8" in message.lower():
+                raise CheckFailed(
+                    f"{what} raised {kind} ({message!r}): the ids are code points, not UTF-8 bytes. "
+                    "Turn each id into its character with chr."
+                )
+            if kind and ("single element" in message or "only integer" in message or "scalar" in message):
+                raise CheckFailed(
+                    f"{what} raised {kind} ({message!r}): chr takes one number. Call it on each "
+                    "id (ids.tolist() gives them as Python ints), then join the characters."
+                )
+            fail_if_raised(what, run)
             out = run.get("out")
             if isinstance(out, list) and all(isinstance(c, str) for c in out):
                 raise CheckFailed(
@@ -253,17 +271,18 @@ def _judge_decode(texts):
                     f"{what} should return {len(text)} characters, one per id, got {len(out)}: {_show(out)}."
                 )
             i = next(k for k, (a, b) in enumerate(zip(text, out, strict=True)) if a != b)
+            how = " (the text reversed)" if out == text[::-1] else ""
             raise CheckFailed(
-                f"{what} returned {_show(out)}; first difference at index {i}: expected {text[i]!r}, got {out[i]!r}."
+                f"{what} returned {_show(out)}{how}; first difference at index {i}: expected {text[i]!r} "
+                f"(chr({ids[i]})), got {out[i]!r}."
             )
         return f"decode: the ids of {', '.join(_show(t) for t in texts)} give the text back."
 
     return judge
 
 
-check_decode = Check("check_decode", _probe_decode(DECODE_TEXTS), _judge_decode(DECODE_TEXTS))
-check_decode_hidden = Check(
-    "check_decode_hidden", _probe_decode(DECODE_TEXTS_HIDDEN), _judge_decode(DECODE_TEXTS_HIDDEN), hidden=True
+check_decode, check_decode_hidden = checks(
+    "check_decode", _probe_decode, _judge_decode, (DECODE_TEXTS,), (DECODE_TEXTS_HIDDEN,)
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -281,19 +300,24 @@ def _shift_ids(seed: int, batch: tuple, T: int) -> torch.Tensor:
     return torch.cat([start, start + steps.cumsum(dim=-1)], dim=-1) % VOCAB  # (*batch, T)
 
 
+def _shift_sizes(batch: tuple, T: int) -> dict[str, int]:
+    """The sizes of the outputs: T is one less than the ids' length."""
+    return {**({"B": batch[0]} if batch else {}), "T": T - 1}
+
+
 def _probe_shift(cases):
     def probe(shift) -> dict:
         _expect_callable(shift, "shift_for_next_token")
-        runs = []
-        for case in cases:
-            ids = _shift_ids(*case)
+        found = []
+        for seed, batch, T in cases:
+            ids = _shift_ids(seed, batch, T)
             before = ids.clone()
-            run = _attempt(shift, ids)
+            run = attempt(shift, ids, sizes=_shift_sizes(batch, T))
             run["ids_changed"] = not torch.equal(before, ids)
-            if "out" in run and isinstance(run["out"], tuple):
+            if isinstance(run.get("out"), tuple):
                 run["out"] = list(run["out"])
-            runs.append(run)
-        return {"runs": runs}
+            found.append(run)
+        return {"runs": found}
 
     return probe
 
@@ -308,17 +332,17 @@ def shift_variants(ids: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Ten
         "you used torch.roll: the last target wraps around to the first id, which does not follow "
         "the last one. Drop the last input and the first target instead": (ids, torch.roll(ids, -1, dims=-1)),
         "you shifted by two positions": (ids[..., :-2], ids[..., 2:]),
+        "the targets are the inputs plus one: the target is the id of the next token *in the text*, "
+        "ids[..., t + 1], not the next number": (ids[..., :-1], ids[..., :-1] + 1),
     }
 
 
 def _judge_shift(cases):
     def judge(data: dict) -> str:
-        for case, run in zip(cases, _runs(data, len(cases)), strict=True):
-            ids = _shift_ids(*case)
-            batch, T = case[1], case[2]
+        for (seed, batch, T), run in zip(cases, runs(data, len(cases)), strict=True):
+            ids = _shift_ids(seed, batch, T)
             what = f"shift_for_next_token(ids of shape {tuple(ids.shape)})"
-            if "raised" in run:
-                raise CheckFailed(f"{what} raised {run['raised']}: {run['message']}")
+            fail_if_raised(what, run)
             if run.get("ids_changed") is not False:
                 raise CheckFailed(f"{what} changed ids in place; leave the input alone.")
             out = run.get("out")
@@ -331,15 +355,14 @@ def _judge_shift(cases):
                 )
             exp_in, exp_tg = ref.shift_for_next_token(ids)
             shape = (*batch, T - 1)
-            if got_in.shape == got_tg.shape:
-                for label, (v_in, v_tg) in shift_variants(ids).items():
-                    if (v_in.shape == got_in.shape and torch.equal(v_in, got_in)
-                            and v_tg.shape == got_tg.shape and torch.equal(v_tg, got_tg)):
-                        if got_tg.shape == exp_tg.shape:
-                            evidence = f"targets: {first_mismatch(exp_tg, got_tg, 0, 0)}"
-                        else:
-                            evidence = f"targets of shape {tuple(got_tg.shape)}, expected {tuple(exp_tg.shape)}"
-                        raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
+            for label, (v_in, v_tg) in shift_variants(ids).items():
+                if got_in.shape == got_tg.shape and (v_in.shape, v_tg.shape) == (got_in.shape, got_tg.shape) \
+                        and torch.equal(v_in, got_in) and torch.equal(v_tg, got_tg):
+                    if got_tg.shape == exp_tg.shape:
+                        evidence = f"targets: {first_mismatch(exp_tg, got_tg, 0, 0)}"
+                    else:
+                        evidence = f"targets of shape {tuple(got_tg.shape)}, expected {tuple(exp_tg.shape)}"
+                    raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
             if batch and got_in.shape == (batch[0] - 1, T) and torch.equal(got_in, ids[:-1]):
                 raise CheckFailed(
                     f"{what}: inputs have shape {tuple(got_in.shape)}: you cut the batch dimension (the "
@@ -347,25 +370,26 @@ def _judge_shift(cases):
                     "(T,) and (B, T) alike."
                 )
             for name, got, expected in (("inputs", got_in, exp_in), ("targets", got_tg, exp_tg)):
-                if tuple(got.shape) != shape:
+                if got.shape[:-1] == shape[:-1] and got.ndim == len(shape) and got.shape[-1] != shape[-1]:
                     raise CheckFailed(
                         f"{what}: {name} should have shape {shape} (one fewer position than ids), "
                         f"got {tuple(got.shape)}."
                     )
                 if got.dtype != ids.dtype:
                     raise CheckFailed(f"{what}: {name} are {got.dtype}; keep the ids' dtype {ids.dtype}.")
-                if not torch.equal(got, expected):
+                if tuple(got.shape) != shape or not torch.equal(got, expected):
+                    rule, message = diagnose(expected, got, what=f"{what}: the {name}", atol=0, rtol=0,
+                                             axes=("B", "T")[-len(shape):], sizes=_shift_sizes(batch, T))
                     hint = " (targets[..., t] must be ids[..., t + 1])" if name == "targets" else ""
-                    raise CheckFailed(f"{what}: wrong {name}{hint}: {first_mismatch(expected, got, 0, 0)}.")
+                    raise CheckFailed(f"{message}{hint}")
         shapes = ", ".join(str((*c[1], c[2])) for c in cases)
         return f"shift_for_next_token: ids of shape {shapes} give inputs ids[..., :-1] and targets ids[..., 1:]."
 
     return judge
 
 
-check_shift = Check("check_shift", _probe_shift(SHIFT_CASES), _judge_shift(SHIFT_CASES))
-check_shift_hidden = Check(
-    "check_shift_hidden", _probe_shift(SHIFT_HIDDEN_CASES), _judge_shift(SHIFT_HIDDEN_CASES), hidden=True
+check_shift, check_shift_hidden = checks(
+    "check_shift", _probe_shift, _judge_shift, (SHIFT_CASES,), (SHIFT_HIDDEN_CASES,)
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -375,12 +399,16 @@ check_shift_hidden = Check(
 COUNT_CASES = [(256, 5, t, b) for t in (True, False) for b in (False, True)] + [(100, 7, True, True), (100, 7, False, False)]
 COUNT_HIDDEN_CASES = [(50257, 768, True, False), (50257, 768, False, True), (3, 11, False, True), (1, 1, True, True),
                       (65, 384, False, False)]
+# small sizes at which every flag setting is also counted, to read the student's formula off
+FLAGS = [(t, b) for t in (True, False) for b in (False, True)]
+GRID = [(11, 3), (13, 3), (11, 4), (13, 4)]  # (V, C)
 
 
 def _probe_count(cases):
     def probe(count) -> dict:
         _expect_callable(count, "embedding_and_head_parameters")
-        return {"runs": [_attempt(count, *case) for case in cases]}
+        grid = [attempt(count, V, C, t, b).get("out") for t, b in FLAGS for V, C in GRID]
+        return {"runs": [attempt(count, *case) for case in cases], "grid": [g if type(g) is int else None for g in grid]}
 
     return probe
 
@@ -410,14 +438,62 @@ COUNT_VARIANTS = {
 }
 
 
+def _formula(values: list) -> tuple[int, int, int, int] | None:
+    """(a, p, q, r) with count = a·V·C + p·V + q·C + r at the four GRID points, when whole numbers."""
+    if any(v is None for v in values):
+        return None
+    (v1, v2, v3, v4), (V1, V2), (C1, C2) = values, (11, 13), (3, 4)
+    a = (v4 - v3 - v2 + v1) / ((V2 - V1) * (C2 - C1))
+    p = (v2 - v1) / (V2 - V1) - a * C1
+    q = (v3 - v1) / (C2 - C1) - a * V1
+    r = v1 - a * V1 * C1 - p * V1 - q * C1
+    if not all(float(x).is_integer() for x in (a, p, q, r)):
+        return None
+    return int(a), int(p), int(q), int(r)
+
+
+def _say(a: int, p: int, q: int, r: int) -> str:
+    terms = [(a, "V·C"), (p, "V"), (q, "C"), (r, "")]
+    text = " + ".join(f"{k if k != 1 or not s else ''}{s}" if s else str(k) for k, s in terms if k)
+    return (text or "0").replace("+ -", "- ")
+
+
+def _count_cause(grid: list) -> str | None:
+    """The student's count read as a formula of V and C for each flag setting, and what differs."""
+    if not isinstance(grid, list) or len(grid) != len(FLAGS) * len(GRID):
+        return None
+    for k, (t, b) in enumerate(FLAGS):
+        got = _formula(grid[4 * k: 4 * k + 4])
+        want = (1 if t else 2, int(b), 0, 0)
+        if got is None or got == want:
+            continue
+        a, p, q, r = got
+        if (a, p, q, r) == (want[0] - 1, want[1] + 1, 1, 0):
+            return (f"with tie_weights={t}, head_bias={b} your count is {_say(*got)}: a (V, C) table has V·C "
+                    "entries, a product, not V + C")
+        why = []
+        if a != want[0]:
+            n = abs(a - want[0])
+            why.append(f"{n} (V, C) matri{'ces' if n > 1 else 'x'} too {'many' if a > want[0] else 'few'}")
+        if p != want[1]:
+            why.append("a bias of V entries although head_bias=False" if not b else "the bias's V entries "
+                       "are missing" if not p else f"{_say(0, p, 0, 0)} where the bias has V (one per output score)")
+        if q:
+            why.append(f"{_say(0, 0, q, 0)} too many: nothing has C entries alone (the bias has one per "
+                       "output, V; a table has exactly V rows)")
+        if r:
+            why.append(f"a constant {r} that no module has")
+        return (f"with tie_weights={t}, head_bias={b} your count is {_say(*got)}, but the modules have "
+                f"{_say(*want)}: {'; '.join(why)}")
+    return None
+
+
 def _judge_count(cases):
     def judge(data: dict) -> str:
-        runs = _runs(data, len(cases))
         got = []
-        for case, run in zip(cases, runs, strict=True):
+        for case, run in zip(cases, runs(data, len(cases)), strict=True):
             what = "embedding_and_head_parameters({}, {}, tie_weights={}, head_bias={})".format(*case)
-            if "raised" in run:
-                raise CheckFailed(f"{what} raised {run['raised']}: {run['message']}")
+            fail_if_raised(what, run)
             out = run.get("out")
             if isinstance(out, bool) or not isinstance(out, int):
                 hint = ""
@@ -432,7 +508,7 @@ def _judge_count(cases):
             label = next(
                 (name for name, formula in COUNT_VARIANTS.items() if got == [formula(*case) for case in cases]),
                 None,
-            )
+            ) or _count_cause(data.get("grid"))
             k = next(i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b)
             V, C, t, b = cases[k]
             evidence = (
@@ -447,7 +523,6 @@ def _judge_count(cases):
     return judge
 
 
-check_parameter_count = Check("check_parameter_count", _probe_count(COUNT_CASES), _judge_count(COUNT_CASES))
-check_parameter_count_hidden = Check(
-    "check_parameter_count_hidden", _probe_count(COUNT_HIDDEN_CASES), _judge_count(COUNT_HIDDEN_CASES), hidden=True
+check_parameter_count, check_parameter_count_hidden = checks(
+    "check_parameter_count", _probe_count, _judge_count, (COUNT_CASES,), (COUNT_HIDDEN_CASES,)
 )
