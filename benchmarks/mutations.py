@@ -45,6 +45,7 @@ import difflib
 import functools
 import importlib
 import json
+import linecache
 import multiprocessing
 import os
 import random
@@ -501,7 +502,10 @@ def _child(namespace: dict, source: str, tests: list[tuple[str, str]]) -> dict:
     core.decode = watching_decode
     step = "answer"
     try:
-        exec(compile(source, "<answer>", "exec"), namespace)
+        # named and kept in linecache as the grader's child does with a cell ("<cell N>"), so that
+        # the checks can show the student's line
+        linecache.cache["<cell answer>"] = (len(source), None, source.splitlines(keepends=True), "<cell answer>")
+        exec(compile(source, "<cell answer>", "exec"), namespace)
         for step, code in tests:
             exec(compile(code, f"<{step}>", "exec"), namespace)
     except core.CheckFailed as exc:

@@ -472,6 +472,8 @@ def _name_factor(factor: float, sizes: dict[str, int] | None) -> tuple[str, str]
 
 def rule_factor(c: _Case) -> str | None:
     e, g = c.e, c.g
+    if e.numel() < 2:  # any two numbers differ by some factor: one number establishes nothing
+        return None
     if not (torch.isfinite(e).all() and torch.isfinite(g).all()):
         return None
     ee = float((e * e).sum())
@@ -930,7 +932,9 @@ def _meaning(exc: BaseException, sizes, values=()) -> str | None:
         )
     m = re.search(r"expected scalar type (\w+) but found (\w+)", text) or re.search(
         r"expected (?:m1 and m2|mat1 and mat2|both vectors|self and \w+) to have the same dtype, but got:? (\w+) != (\w+)", text
-    ) or re.search(r"[Ff]ound dtype (\w+) but expected (\w+)", text)
+    ) or re.search(r"[Ff]ound dtype (\w+) but expected (\w+)", text) or re.search(
+        r"must have the same dtype, but got (\w+) and (\w+)", text
+    )
     if m:
         a, b = m.groups()
         return (
@@ -963,6 +967,14 @@ def _meaning(exc: BaseException, sizes, values=()) -> str | None:
         return (
             "Two tensors on different devices met in one operation: create new tensors with "
             "device=x.device (and move modules with .to(device))."
+        )
+    m = re.search(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)", text)
+    if m:
+        index, dim, size = m.groups()
+        return (
+            f"An index {index} was used on an axis of size {n(size)} (dimension {dim} of the tensor indexed), "
+            f"whose valid indices are 0 … {int(size) - 1}: the index was computed from another axis's size, "
+            "or the tensor has its axes in another order than the code assumes."
         )
     if "index out of range in self" in text:
         vocab = f" (V = {sizes['V']})" if sizes and "V" in sizes else ""
