@@ -40,6 +40,9 @@ MISTAKES = {
         # the new queries' causal mask starts at key 0: a one-token decode step sees only the first key
         "pia-cache-mask-not-offset": {"cached-attention": [("dtype=torch.bool, device=x.device).tril(diagonal=T_past)",
                                                             "dtype=torch.bool, device=x.device).tril()")]},
+        # the batch's mask keeps the causal part only: the left padding is read as context
+        "rui-padding-attended": {"batch-mask": [("mask = causal & (real.unsqueeze(1) | itself)",
+                                                 "mask = causal.expand(B, T_new, T_total)")]},
     },
     "10-gpt2": {
         # GPT-2's Conv1D stores c_attn as (in, out): split without transposing, it loads silently and computes nonsense
