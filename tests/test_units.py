@@ -7,11 +7,14 @@ Nothing here starts a process or runs a notebook; the whole file runs in about a
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from autograder.course import CourseError, check_calls, load_lesson
+from autograder.course import CourseError, check_calls, lessons, load_lesson
 from autograder.grading import STUCK_MESSAGE, build_program, judge_test
 from autograder.release import find_leaks
 from autograder.runner import JobResult
@@ -256,3 +259,26 @@ def test_nothing_after_the_last_test_runs(toy):
     submission["cells"].append(cell("code", "train_for_an_hour()"))
     steps, _ = build_program(toy, submission)
     assert steps[-1].id == "double-hidden" and all("train_for_an_hour" not in s.source for s in steps)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("lesson", [le.assignment for le in lessons(ROOT)])
+def test_every_check_module_imports_while_a_lesson_is_graded(lesson):
+    """The grader's child imports every lesson's checks with the graded lesson's reference module
+    and all later ones replaced by the hidden stub: a check module that uses a later lesson's
+    reference at import time (subclassing one of its classes, say) would break every grading."""
+    order = [le.assignment for le in lessons(ROOT)]
+    hidden = [le.meta["reference_module"] for le in lessons(ROOT)[order.index(lesson):] if le.meta.get("reference_module")]
+    program = (
+        "import sys, types\n"
+        "from autograder.sandbox import HIDDEN_STUB\n"
+        f"for name in {hidden!r}:\n"
+        "    module = types.ModuleType('helpers.reference.' + name)\n"
+        "    exec(HIDDEN_STUB, module.__dict__)\n"
+        "    sys.modules[module.__name__] = module\n"
+        "import autograder.lesson_checks\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
