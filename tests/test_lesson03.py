@@ -3,7 +3,7 @@ correct answers written differently get full marks."""
 
 import pytest
 import torch
-from harness import Catalogue, CatalogueTests
+from harness import Catalogue, HiddenOnlyTests
 
 from helpers.checks.attention import check_attention_head, course_mask_in, known_good_causal_mask
 
@@ -12,6 +12,7 @@ A = "03-self-attention"
 # a correct head that calls the notebook's apply_causal_mask instead of masking by itself, as many
 # students write it: a mistake in the mask must still cost only the causal-mask exercise
 HEAD_USES_MASK = {"attention-head": [('scores.masked_fill(future, float("-inf"))', "apply_causal_mask(scores)")]}
+FILL = 'return scores.masked_fill(future, float("-inf"))'
 MASK_BLANK = [("    T = scores.shape[-1]\n", "    raise NotImplementedError()  # not written yet\n")]
 
 # name -> (exercise, edits of the solution, words the feedback must contain[, edits of other
@@ -46,6 +47,47 @@ MISTAKES = {
         "causal-mask", [("scores.masked_fill(future,", "scores.masked_fill_(future,")], "in place", HEAD_USES_MASK,
     ),
     "mask-blank-head-uses-it": ("causal-mask", MASK_BLANK, "NotImplementedError", HEAD_USES_MASK),
+    "mask-fills-zero": ("causal-mask", [('float("-inf"))  # (..., T, T)', "0.0)  # (..., T, T)")], "should be -inf, got 0"),
+    "mask-times-minus-inf": ("causal-mask", [(FILL, 'return scores + future * float("-inf")')], "NaN values where the reference is finite"),
+    "mask-float-matrix": ("causal-mask", [("torch.ones(T, T, dtype=torch.bool, device=scores.device)", "torch.ones(T, T)")], "dtype=torch.bool"),
+    "head-values-from-key": ("attention-head", [("v = self.value(x)", "v = self.key(x)")], "value was never called"),
+    "head-scales-output": (
+        "attention-head",
+        [("/ math.sqrt(self.head_dim)  # (B, T, T)", "  # (B, T, T)"), ("return weights @ v", "return weights @ v / math.sqrt(self.head_dim)")],
+        "divided the output by sqrt(head_dim)",
+    ),
+    "head-softmax-no-dim": ("attention-head", [('float("-inf")), dim=-1)', 'float("-inf")))'), ("torch.softmax(", "F.softmax(")], "over axis 0, the batch"),
+    "head-sqrt-T": ("attention-head", [("math.sqrt(self.head_dim)", "math.sqrt(T)")], "sqrt(T) = sqrt(6)"),
+    "head-divides-by-head-dim": ("attention-head", [("/ math.sqrt(self.head_dim)", "/ self.head_dim")], "not by its square root"),
+    "head-hides-diagonal": ("attention-head", [("diagonal=1)", "diagonal=0)")], "hides the diagonal"),
+}
+
+# name -> (exercise, edits, words): mistakes that only the hidden tests (other shapes, dtypes) see
+HIDDEN_ONLY = {
+    "mask-float32-copy": (
+        "causal-mask",
+        [(FILL, 'out = torch.zeros(scores.shape)\n    out[:] = scores\n    out[..., future] = float("-inf")\n    return out')],
+        "precision was lost",
+    ),
+    "mask-indexes-from-the-front": (
+        "causal-mask",
+        [(FILL, 'out = scores.clone()\n    for i in range(T):\n        out[i, i + 1:] = float("-inf")\n    return out')],
+        "index from the end",
+    ),
+    "head-unbatched-keeps-batch-axis": (
+        "attention-head", [("T = x.shape[-2]", "x = x.unsqueeze(0) if x.dim() == 2 else x\n        T = x.shape[-2]")],
+        "extra axis of size 1",
+    ),
+}
+
+# every "must" / "do not" of an exercise's task -> the catalogued mistakes that break it
+REQUIREMENTS = {
+    "causal-mask": {"Do not modify `scores` in place": ["mask-in-place"]},
+    "attention-head": {
+        "must work on a single sequence `(T, C)` and on a batch `(B, T, C)`": [
+            "head-softmax-no-dim", "head-unbatched-keeps-batch-axis",
+        ],
+    },
 }
 
 ALTERNATIVES = {
@@ -146,5 +188,5 @@ def test_the_head_check_lends_the_head_a_correct_mask_and_gives_the_students_bac
         assert torch.isneginf(scope["apply_causal_mask"](torch.zeros(3, 3), 3)).sum() == 6
 
 
-class TestCatalogue(CatalogueTests):
-    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)
+class TestCatalogue(HiddenOnlyTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY, requirements=REQUIREMENTS)

@@ -7,7 +7,7 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import Catalogue, CatalogueTests
+from harness import Catalogue, HiddenOnlyTests
 from torch import nn
 
 from helpers.checks import multihead as checks
@@ -20,6 +20,7 @@ MHA, CSA = "multi-head-attention", "causal-self-attention"
 SPLIT = ".view(B, T, nh, hs).transpose(1, 2)"
 MERGE = "out.transpose(1, 2).reshape(B, T, nh * hs)"
 MASKED = 'torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)'
+CAT, PROJECT = "torch.cat(head_outputs, dim=-1)", "return self.to_output(concatenated)"
 
 # name -> (exercise, edits of the solution, words the feedback must contain)
 MISTAKES = {
@@ -62,6 +63,33 @@ MISTAKES = {
     "csa-no-projection": (CSA, [("out = self.to_output(out)  # (B, T, C)", "")], "forgot the output projection"),
     "csa-batch-only": (CSA, [("unbatched = x.dim() == 2", "unbatched = False")], "single sequence (T, C)"),
     "csa-no-squeeze": (CSA, [("return out.squeeze(0) if unbatched else out", "return out")], "squeeze(0)"),
+    "mha-averages-heads": (MHA, [(CAT, f"{CAT} / self.n_heads")], "1/nh"),
+    "mha-adds-input": (MHA, [(PROJECT, "return x + self.to_output(concatenated)")], "plus the input x"),
+    "mha-sums-heads": (MHA, [(CAT, "sum(head_outputs)")], "last dimension is 3, not nh*hs = 12"),
+    "mha-cat-dim-2": (MHA, [(CAT, "torch.cat(head_outputs, dim=2)")], "raises on a single sequence (T, C)"),
+    "mha-relu-after-projection": (MHA, [(PROJECT, "return F.relu(self.to_output(concatenated))")], "after the last sub-module call"),
+    "csa-merge-hs-nh": (CSA, [(MERGE, "out.permute(0, 2, 3, 1).reshape(B, T, nh * hs)")], "merged the heads as (hs, nh)"),
+    "csa-softmax-no-dim": (CSA, [(MASKED, 'F.softmax(scores.masked_fill(future, float("-inf")))')], "over axis 1, the heads"),
+    "csa-unsqueeze-1": (
+        CSA, [("x = x.unsqueeze(0)", "x = x.unsqueeze(1)"), ("out.squeeze(0) if", "out.squeeze(1) if")], "attends only to itself",
+    ),
+    "csa-divides-by-head-dim": (CSA, [("/ math.sqrt(hs)", "/ hs")], "not by its square root"),
+    "csa-hides-diagonal": (CSA, [("diagonal=1)", "diagonal=0)")], "hides the diagonal"),
+    "csa-merge-to-emb-dim": (CSA, [(MERGE, "out.transpose(1, 2).reshape(B, T, C)")], "do not multiply to its number of elements"),
+    "csa-scales-output": (
+        CSA, [(" / math.sqrt(hs)  # (B, nh, T, T)", "  # (B, nh, T, T)"), ("out = weights @ v  #", "out = weights @ v / math.sqrt(hs)  #")],
+        "divided the output by sqrt(head_dim)",
+    ),
+}
+
+# name -> (exercise, edits, words): mistakes that only the hidden tests (other shapes, dtypes) see
+HIDDEN_ONLY = {
+    "csa-squeezes-every-axis": (CSA, [("out.squeeze(0) if unbatched", "out.squeeze() if unbatched")], "axis 0 of size 1 is missing"),
+}
+
+# every "must" / "do not" of an exercise's task -> the catalogued mistakes that break it
+REQUIREMENTS = {
+    MHA: {"must work for a single sequence `(T, C)` and for a batch `(B, T, C)`": ["mha-cat-dim-2", "mha-cat-wrong-dim"]},
 }
 
 MHA_INIT = '''
@@ -246,5 +274,5 @@ def test_mistakes_the_checks_name_are_distinguishable(kind):
                 assert out.shape != out2.shape or not close(out, out2, 1e-6, 1e-6), (label, other)
 
 
-class TestCatalogue(CatalogueTests):
-    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)
+class TestCatalogue(HiddenOnlyTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY, requirements=REQUIREMENTS)
