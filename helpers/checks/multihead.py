@@ -19,7 +19,7 @@ from functools import partial
 
 import torch
 
-from helpers.checks.attention import (
+from helpers.checks.causal import (
     attend,
     attention_variants,
     judge_causal,
