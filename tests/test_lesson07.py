@@ -39,7 +39,32 @@ MISTAKES = {
         BATCH, [(POSITIONS, "positions = torch.randint(len(ids) - 1, (batch_size, block_size), generator=generator)")],
         "not a window of consecutive ids",
     ),
+    "target-two-ahead": (BATCH, [(TARGETS, "y = ids[positions + 2]")], "2 places after x[b, t]"),
+    "window-one-too-long": (BATCH, [(POSITIONS, POSITIONS.replace("arange(block_size)", "arange(block_size + 1)"))], "got (5, 8)"),
+    "never-the-first-window": (BATCH, [(STARTS, STARTS.replace("randint(", "randint(1, "))], "the starts [0] never came up"),
+    "one-start-for-the-batch": (
+        BATCH, [(STARTS, STARTS.replace("(batch_size,), generator=generator)", "(1,), generator=generator).expand(batch_size)"))],
+        "every row is the same window",
+    ),
+    "neighbouring-starts": (
+        BATCH, [(STARTS, "starts = torch.randint(len(ids) - block_size - batch_size + 1, (1,), generator=generator) + torch.arange(batch_size)")],
+        "consecutive positions",
+    ),
+    "own-generator": (BATCH, [(STARTS, STARTS.replace("generator=generator", "generator=torch.Generator().manual_seed(0)"))], "ignored the generator"),
+    "text-cut-in-rows": (
+        BATCH, [("x = ids[positions]", "x = ids[:batch_size * block_size].view(batch_size, block_size)")],
+        "cannot hold the 23 entries",
+    ),
     # Exercise 3: learning_rate
+    "warm-up-boundary": (LR, [("if step < config.warmup_steps:", "if step <= config.warmup_steps:")], "check the boundary"),
+    "cosine-without-half": (LR, [(FACTOR, "factor = 1 + math.cos(math.pi * progress)")], "the wave is 2 × as high"),
+    "cosine-without-pi": (LR, [(FACTOR, "factor = 0.5 * (1 + math.cos(progress))")], "π times too long"),
+    "integer-progress": (LR, [(PROGRESS, PROGRESS.replace(") / decay_steps", ") // decay_steps"))], "integer division"),
+    "returns-a-tensor": (LR, [(BLEND, "return torch.tensor(config.min_lr + factor * (config.lr - config.min_lr))")], "Python float"),
+    "decay-runs-backwards": (LR, [(BLEND, "return config.lr + factor * (config.min_lr - config.lr)")], "the decay runs backwards"),
+    "warm-up-over-all-steps": (LR, [(WARMUP, "return config.lr * (step + 1) / config.steps")], "warmup_steps / steps"),
+    "warm-up-only-with-cosine": (LR, [("if step < config.warmup_steps:", "if step < config.warmup_steps and config.cosine:")], "there is no warm-up"),
+    "decay-ignores-the-warm-up": (LR, [(DECAY, "decay_steps = max(1, config.steps - 1)")], "over 22 steps"),
     "warm-up-starts-at-zero": (LR, [(WARMUP, "return config.lr * step / config.warmup_steps")], "off by one in the warm-up"),
     "cosine-to-zero": (LR, [(BLEND, "return factor * config.lr")], "decays to 0 instead of min_lr"),
     "decay-one-step-too-long": (
@@ -85,6 +110,19 @@ MISTAKES = {
         "not clipped before the update",
     ),
     "clip-by-value": (STEP, [("clip_grad_norm_", "clip_grad_value_")], "clip_grad_value_"),
+    "clip-to-one": (STEP, [(CLIP.strip(), CLIP.strip().replace("grad_clip)", "1.0)"))], "L2 norm to 1.0"),
+    "step-twice": (STEP, [(STEP_CALL + "  #", STEP_CALL + "\n    optimizer.step()  #")], "twice the step"),
+    "backward-twice": (STEP, [("loss.backward()  #", "loss.backward(retain_graph=True)\n    loss.backward()  #")], "twice the step"),
+    "plain-sgd-update": (
+        STEP, [(STEP_CALL + "  #", "with torch.no_grad():\n        for p in model.parameters():\n"
+                "            p -= optimizer.param_groups[0]['lr'] * p.grad\n    pass  #")],
+        "a plain SGD step",
+    ),
+    "loss-divided-by-batch": (STEP, [("y.reshape(B * T))", "y.reshape(B * T)) / B")], "1/B"),
+    "clip-l1-norm": (STEP, [("model.parameters(), grad_clip)", "model.parameters(), grad_clip, norm_type=1)")], "L1 norm"),
+    "label-smoothing": (STEP, [("y.reshape(B * T))", "y.reshape(B * T), label_smoothing=0.1)")], "label smoothing"),
+    "returns-a-detached-tensor": (STEP, [(RETURN, "return loss.detach()")], "return a Python float"),
+    "targets-transposed": (STEP, [("y.reshape(B * T))", "y.t().reshape(B * T))")], "another order"),
     "clip-when-none": (STEP, [("    if grad_clip is not None:\n" + CLIP, CLIP.replace("        ", "    ", 1))], "When grad_clip is None"),
 }
 
@@ -165,7 +203,13 @@ def train_step(model, optimizer, x, y, grad_clip=None):
 
 
 class TestCatalogue(CatalogueTests):
-    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, requirements={
+        BATCH: {
+            "must fit in the text": ["windows-run-past-the-end", "never-the-last-window", "never-the-first-window",
+                                     "target-two-ahead", "window-one-too-long"],
+            "all the random numbers of the batch come from": ["generator-ignored", "own-generator"],
+        },
+    })
 
 
 def test_catalogue_covers_the_batch_and_the_schedule():

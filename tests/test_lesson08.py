@@ -2,7 +2,7 @@
 correct answers written differently get full marks; the reference's filters behave as documented."""
 
 import torch
-from harness import Catalogue, CatalogueTests
+from harness import Catalogue, HiddenOnlyTests
 
 from helpers.reference.sampling import sample_next, top_k_filter, top_p_filter
 
@@ -54,9 +54,45 @@ MISTAKES = {
         [(TEMPER, "pass"), ("probs = torch.softmax(logits, dim=-1)", "probs = torch.softmax(apply_temperature(logits, temperature), dim=-1)")],
         "top-p before the temperature",
     ),
+    "temperature-minus": (TEMP, [("return logits / temperature", "return logits - temperature")], "subtracted the temperature"),
+    "temperature-float32": (TEMP, [("return logits / temperature", "return logits.float() / temperature")], "precision was lost"),
+    "temperature-squared": (TEMP, [("return logits / temperature", "return logits / temperature ** 2")], "temperature squared"),
+    "temperature-log-softmax": (TEMP, [("return logits / temperature", "return torch.log_softmax(logits / temperature, dim=-1)")], "log-probabilities"),
+    "temperature-int": (TEMP, [("return logits / temperature", "return logits / int(temperature)")], "int(temperature)"),
+    "temperature-sqrt": (TEMP, [("return logits / temperature", "return logits / temperature ** 0.5")], "square root"),
+    "top-k-no-keepdim": (TOPK, [("values[..., -1:]", "values[..., -1]")], "lines two tensors up"),
+    "top-k-only-the-largest": (TOPK, [("values[..., -1:]", "values[..., 0:1]")], "only the largest logit"),
+    "top-k-over-rows": (TOPK, [("torch.topk(logits, k, dim=-1)", "torch.topk(logits, k, dim=0)")], "ran along a shorter dimension"),
+    "top-k-kthvalue": (TOPK, [(KTH, "kth_largest = torch.kthvalue(logits, k, dim=-1, keepdim=True).values")], "k-th smallest"),
+    "top-k-returns-mask": (TOPK, [(KMASK, "return logits >= kth_largest")], "bool tensor"),
+    "top-k-minus-1e9": (TOPK, [('float("-inf"))  # (..., V)', "-1e9)  # (..., V)")], "-1e+09 instead of -inf"),
+    "top-p-softmax-over-rows": (TOPP, [("probs = torch.softmax(logits, dim=-1)", "probs = torch.softmax(logits, dim=0)")], "over the rows (dim=0)"),
+    "top-p-gather": (TOPP, [(UNSORT, "remove = remove_sorted.gather(-1, order)")], "with gather"),
+    "top-p-no-softmax": (TOPP, [("probs = torch.softmax(logits, dim=-1)", "probs = logits")], "summed the logits"),
+    "top-p-inverted": (TOPP, [("remove_sorted = mass_before >= p", "remove_sorted = mass_before < p")], "wrong way round"),
+    "top-p-returns-probabilities": (TOPP, [('return logits.masked_fill(remove, float("-inf"))', "return probs.masked_fill(remove, 0.0)")], "0 on the removed tokens"),
+    "top-p-in-place": (TOPP, [("logits.masked_fill(remove", "logits.masked_fill_(remove")], "in place"),
+    "top-p-drops-the-top-token": (TOPP, [(MASS, "mass_before = torch.cumsum(sorted_probs, dim=-1).roll(1, -1)")], "the wrong tokens are kept (too few)"),
+    "sample-multinomial-on-logits": (SAMPLE, [("flat = probs.reshape(", "flat = logits.reshape(")], "non-negative, finite"),
+    "sample-reshape-minus-one": (SAMPLE, [("return ids.reshape(logits.shape[:-1])", "return ids.reshape(-1)")], "should return shape ()"),
+    "sample-squeeze": (SAMPLE, [("return ids.reshape(logits.shape[:-1])", "return ids.squeeze()")], "should return shape (1,)"),
+    "sample-temperature-twice": (SAMPLE, [("probs = torch.softmax(logits, dim=-1)", "probs = torch.softmax(logits / temperature, dim=-1)")], "applied twice"),
+    "sample-softmax-over-rows": (SAMPLE, [("probs = torch.softmax(logits, dim=-1)", "probs = torch.softmax(logits, dim=0)")], "uniform"),
     "sample-temperature-on-probabilities": (
         SAMPLE, [(TEMPER, "pass"), ("probs = torch.softmax(logits, dim=-1)", "probs = torch.softmax(logits, dim=-1) / temperature")],
         "temperature has no effect",
+    ),
+}
+
+# mistakes that only the hidden tests can see (a case only they have): they lose the hidden points
+HIDDEN_ONLY = {
+    "temperature-same-object": (TEMP, [("return logits / temperature", "return logits if temperature == 1 else logits / temperature")], "returned its input itself"),
+    "top-k-no-min": (TOPK, [("k = min(k, logits.shape[-1])", "pass")], "k = min(k, logits.shape[-1])"),
+    "sample-top-p-before-top-k": (
+        SAMPLE,
+        [("    if top_k is not None:\n        logits = top_k_filter(logits, top_k)\n", ""),
+         ("        logits = top_p_filter(logits, top_p)\n", "        logits = top_p_filter(logits, top_p)\n    if top_k is not None:\n        logits = top_k_filter(logits, top_k)\n")],
+        "top-p before top-k",
     ),
 }
 
@@ -185,5 +221,9 @@ def test_the_model_is_called_gpt2_style():
     assert "GPT-2-style" in texts
 
 
-class TestCatalogue(CatalogueTests):
-    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES)
+class TestCatalogue(HiddenOnlyTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY, requirements={
+        TEMP: {"do not change `logits` in place": ["temperature-in-place"],
+               "do not take the softmax here": ["temperature-softmax", "temperature-log-softmax"]},
+        TOPP: {"the result must be in the": ["top-p-not-scattered-back", "top-p-gather"]},
+    })

@@ -3,21 +3,56 @@
 The probe calls the student's function on short texts whose ids are all different, so that every
 row of ``x`` and ``y`` can be traced back to the positions it was cut from. It records the
 batches, whether the generator and PyTorch's global random numbers were used, and many batches
-from one generator (to see which starts ever come up). The judge finds the start of every row,
-checks that ``x`` is a window and ``y`` the character after each of its ids, that every start
-that fits (and none that does not) comes up, that a seeded generator gives the same batch and
-that the global random numbers are left alone; it names the classic mistake it recognises.
+from one generator. The judge finds the start of every row, checks the windows and targets, that
+every start that fits (and none that does not) comes up, that a seeded generator gives the same
+batch and that the global random numbers are left alone. When the student's code raises, the
+probe keeps the explanation (``caught``) and draws more batches: when only some draws raise and
+the others are right, the starts are too large.
 
 Shape legend: B batch size, T block size (time), N length of the text. No two are equal.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 
 from helpers.checks.core import Check, CheckFailed, describe, first_mismatch
+from helpers.checks.diagnose import case_sizes, explain_exception
+
+# ---------------------------------------------------------------------------------------------
+# The student's errors, for every check of lessons 07 and 08
+
+
+def caught(exc: BaseException, sizes: dict[str, int] | None = None) -> dict:
+    """Probe side: an error of the student's code as data: its text, and ``explain_exception``'s
+    account of it (their line, the tensors on it in the legend, what the message means). An
+    unfinished answer (a NotImplementedError not raised by PyTorch) and a check's verdict go on."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    in_torch = tb is not None and tb.tb_frame.f_code.co_filename.startswith(os.path.dirname(torch.__file__))
+    if isinstance(exc, CheckFailed) or (isinstance(exc, NotImplementedError) and not in_torch):
+        raise exc
+    explained = explain_exception(exc, sizes=sizes)  # ends with "TypeName: message", in brackets when explained
+    head, _, plain = explained.rpartition("(The error itself: ")
+    return {"error": (plain[:-1] if head else explained)[:1500], "explained": explained[:2500]}
+
+
+def raise_caught(what: str, run, hints=()) -> None:
+    """Judge side: fail when ``run`` holds an error (``caught``): where it was raised and what it
+    means, then the hint of the first ``(needles, hint)`` with a needle in the error's text."""
+    if not isinstance(run, dict) or "error" not in run:
+        return
+    error, explained = str(run["error"]), str(run.get("explained") or run["error"])
+    hint = next((h for needle, h in hints if any(n in error for n in ([needle] if isinstance(needle, str) else needle))), None)
+    raise CheckFailed("\n".join([f"{what} raised {error.split(':', 1)[0]}.", explained, *([hint] if hint else [])]))
+
+
+# ---------------------------------------------------------------------------------------------
+# get_batch
 
 
 @dataclass(frozen=True)
@@ -44,6 +79,7 @@ HIDDEN_CASES = [
     Case(3, N=7, B=4, T=6, draws=3),  # the shortest text that works: a single window fits
     Case(4, N=17, B=6, T=2, draws=40),
 ]
+RETRIES = 40  # after an error: more draws, to see whether only some of them raise
 
 
 def text(case: Case) -> torch.Tensor:
@@ -54,7 +90,6 @@ def text(case: Case) -> torch.Tensor:
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
 
 def _pair(out) -> dict:
     """What one call returned, as data."""
@@ -67,33 +102,47 @@ def _pair(out) -> dict:
     return {"x": x.detach().clone(), "y": y.detach().clone()}
 
 
+def _run_case(get_batch, case: Case) -> dict:
+    ids = text(case)
+
+    def call(generator):
+        return _pair(get_batch(ids.clone(), case.B, case.T, generator=generator))
+
+    run: dict = {}
+    try:
+        # the same generator seed twice, with the global random numbers seeded differently:
+        # a batch that depends on them changes between the two calls
+        torch.manual_seed(11)
+        g = _gen(case.seed)
+        state, global_state = g.get_state(), torch.get_rng_state()
+        run["first"] = call(g)
+        run["generator_used"] = not torch.equal(g.get_state(), state)
+        run["global_used"] = not torch.equal(torch.get_rng_state(), global_state)
+        torch.manual_seed(12)
+        run["second"] = call(_gen(case.seed))
+        run["other_seed"] = call(_gen(case.seed + 77))
+        g = _gen(1000 + case.seed)
+        run["many"] = [call(g) for _ in range(case.draws)]
+    except Exception as exc:  # noqa: BLE001 - the judge explains the error
+        run = caught(exc, {"B": case.B, "T": case.T, "N": case.N})
+        retries = []
+        for seed in range(RETRIES):
+            try:
+                retries.append(call(_gen(2000 + seed)))
+            except Exception:  # noqa: BLE001 - counted: the draws that raise
+                pass
+        run["retries"], run["raised"] = retries[:10], RETRIES - len(retries)
+    return run
+
+
 def _probe(cases):
     def probe(get_batch) -> dict:
         if not callable(get_batch):
             raise CheckFailed(f"expected the function get_batch, got {describe(get_batch)}")
         runs = []
         for case in cases:
-            ids = text(case)
-            run: dict = {}
-            try:
-                # the same generator seed twice, with the global random numbers seeded differently:
-                # a batch that depends on them changes between the two calls
-                torch.manual_seed(11)
-                g = _gen(case.seed)
-                state, global_state = g.get_state(), torch.get_rng_state()
-                run["first"] = _pair(get_batch(ids.clone(), case.B, case.T, generator=g))
-                run["generator_used"] = not torch.equal(g.get_state(), state)
-                run["global_used"] = not torch.equal(torch.get_rng_state(), global_state)
-                torch.manual_seed(12)
-                run["second"] = _pair(get_batch(ids.clone(), case.B, case.T, generator=_gen(case.seed)))
-                run["other_seed"] = _pair(get_batch(ids.clone(), case.B, case.T, generator=_gen(case.seed + 77)))
-                many, g = [], _gen(1000 + case.seed)
-                for _ in range(case.draws):
-                    many.append(_pair(get_batch(ids.clone(), case.B, case.T, generator=g)))
-                run["many"] = many
-            except Exception as exc:  # noqa: BLE001 - the judge explains the error
-                run["error"] = f"{type(exc).__name__}: {exc}"[:1500]
-            runs.append(run)
+            with case_sizes({"B": case.B, "T": case.T, "N": case.N}):
+                runs.append(_run_case(get_batch, case))
         return {"runs": runs}
 
     return probe
@@ -108,22 +157,6 @@ PAST_END = (
     "one more, so the last start that fits is len(ids) - block_size - 1; draw the starts among the "
     "len(ids) - block_size values 0 .. len(ids) - block_size - 1"
 )
-
-
-def _explain_error(error: str, what: str) -> str:
-    if "out of bounds" in error or "out of range" in error:
-        return f"{what} raised {error}. Most likely {PAST_END}."
-    if "stack expects each tensor to be equal size" in error:
-        return (
-            f"{what} raised {error}. Some windows came out shorter than the others: most likely "
-            f"{PAST_END}."
-        )
-    if "generator" in error:
-        return (
-            f"{what} raised {error}. Pass the generator to the function that draws the starts "
-            "(torch.randint(..., generator=generator)); it accepts None."
-        )
-    return f"{what} raised {error}."
 
 
 def _positions(ids: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -165,8 +198,7 @@ def _read(case: Case, what: str, pair: dict) -> tuple[torch.Tensor, torch.Tensor
         raise CheckFailed(f"{what}: x[{b}, {t}] = {int(x[b, t])} is not an id of the text: x must hold ids taken from ids.")
     offsets = torch.arange(T)  # (T,)
     starts = px[:, 0]  # (B,)
-    contiguous = torch.equal(px, starts[:, None] + offsets)  # (B, 1) + (T,) -> (B, T)
-    if not contiguous:
+    if not torch.equal(px, starts[:, None] + offsets):  # (B, 1) + (T,) -> (B, T)
         b = int((px != starts[:, None] + offsets).any(dim=1).nonzero()[0])
         raise CheckFailed(
             f"{what}: row {b} of x is not a window of consecutive ids: it comes from the positions "
@@ -174,29 +206,61 @@ def _read(case: Case, what: str, pair: dict) -> tuple[torch.Tensor, torch.Tensor
             "batch_size * block_size) and take the block_size ids that follow it."
         )
     want = ids[starts[:, None] + offsets + 1] if bool((starts + T < case.N).all()) else None
+    evidence = first_mismatch(want, y, 0, 0) if want is not None else f"y[0] = {y[0].tolist()}"
     if torch.equal(py, px):
         raise CheckFailed(
             f"{what}: y is x itself: the targets are not shifted. y[b, t] must be the character after "
-            f"x[b, t], ids[s + t + 1] for a window starting at s. Evidence: "
-            + (first_mismatch(want, y, 0, 0) if want is not None else f"y[0] = {y[0].tolist()}")
+            f"x[b, t], ids[s + t + 1] for a window starting at s. Evidence: {evidence}"
         )
     if torch.equal(py, px - 1) or (torch.equal(py[:, 1:], px[:, :-1]) and not torch.equal(py, px + 1)):
         raise CheckFailed(
             f"{what}: y is shifted the wrong way: y[b, t] is the character *before* x[b, t] "
-            f"(or x and y are swapped). y[b, t] must be the character after it, ids[s + t + 1]. Evidence: "
-            + (first_mismatch(want, y, 0, 0) if want is not None else f"y[0] = {y[0].tolist()}")
+            f"(or x and y are swapped). y[b, t] must be the character after it, ids[s + t + 1]. Evidence: {evidence}"
         )
     if not torch.equal(py, px + 1):
+        shift = next((s for s in range(2, T + 1) if torch.equal(py, px + s)), None)
+        how = (f"y[b, t] is the id {shift} places after x[b, t] (ids[s + t + {shift}]), an off-by-{shift - 1} "
+               "in the targets' positions" if shift else "y[b, t] is not the id that follows x[b, t]")
         raise CheckFailed(
-            f"{what}: y is not x shifted by one: y[b, t] must be ids[s + t + 1], the character after "
-            "x[b, t]. Evidence: " + (first_mismatch(want, y, 0, 0) if want is not None else f"y = {y.tolist()}")
-        )
+            f"{what}: y is not x shifted by one: {how}; it must be ids[s + t + 1], the character after x[b, t]. "
+            f"Evidence: {evidence}")
     return x, y, starts
 
 
 def _same(a: dict, b: dict) -> bool:
     return all(isinstance(a.get(k), torch.Tensor) and isinstance(b.get(k), torch.Tensor)
                and a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in ("x", "y"))
+
+
+def _judge_error(case: Case, what: str, run: dict) -> None:
+    """The student's code raised: read the draws that did not, to say which part is wrong."""
+    retries, raised = run.get("retries"), run.get("raised")
+    if not isinstance(retries, list) or not isinstance(raised, int):
+        raise CheckFailed("the check's data is incomplete")
+    error = str(run.get("error"))
+    for pair in retries:
+        try:
+            _read(case, what, pair)
+        except CheckFailed as exc:
+            raise CheckFailed(
+                f"{exc} (Besides, {raised} of {RETRIES} other draws raised {error.split(':', 1)[0]}; the "
+                "ones that ran show the mistake above.)"
+            ) from None
+    if retries and raised and "IndexError" in error:
+        raise CheckFailed(
+            f"{what} raised {error.split(':', 1)[0]} on {raised} of {RETRIES} draws, while the draws that "
+            f"ran gave right windows and targets: only some starts are too large, so {PAST_END}.\n"
+            f"{run.get('explained')}"
+        )
+    raise_caught(what, run, [
+        ("out of bounds", f"A window needs block_size ids and its target one more: the largest position x or y may "
+                          f"read is N - 1 = {case.N - 1}."),
+        ("'from' to be less than 'to'", "torch.randint(high, size) needs high >= 1: the upper bound of the starts came "
+                                        "out 0 or less here (the number of starts that fit is len(ids) - block_size)."),
+        ("generator", "Pass the generator to the function that draws the starts (torch.randint(..., "
+                      "generator=generator)); it accepts None."),
+        ("stack expects each tensor to be equal size", f"Some windows came out shorter than the others: most likely {PAST_END}."),
+    ])
 
 
 def _judge(cases):
@@ -209,7 +273,7 @@ def _judge(cases):
             if not isinstance(run, dict):
                 raise CheckFailed("the check's data is incomplete")
             if "error" in run:
-                raise CheckFailed(_explain_error(str(run["error"]), what))
+                _judge_error(case, what, run)
             first, second, other = run.get("first"), run.get("second"), run.get("other_seed")
             many = run.get("many")
             if not isinstance(many, list) or len(many) != case.draws:
@@ -225,16 +289,27 @@ def _judge(cases):
                     f"{case.N - 1}): {PAST_END}."
                 )
             if not run.get("generator_used"):
-                raise CheckFailed(
-                    f"{what}: you ignored the generator: drawing the batch did not use it (its state did "
-                    "not change), so the batches come from PyTorch's global random numbers and a seeded "
-                    "generator cannot reproduce them. Pass generator=generator to torch.randint."
-                )
+                source = ("PyTorch's global random numbers" if run.get("global_used") else "elsewhere (a "
+                          "generator of your own, or no random numbers at all)")
+                raise CheckFailed(f"{what}: you ignored the generator: drawing the batch did not use it (its state did "
+                                  f"not change), so the batches come from {source} and the caller's seeded generator "
+                                  "cannot reproduce them. Pass generator=generator to torch.randint.")
             if run.get("global_used") or not _same(first, second):
                 raise CheckFailed(
                     f"{what}: the same seeded generator gave two different batches (or drawing a batch "
                     "used PyTorch's global random numbers too): draw every random number of the batch "
                     "from the generator, and nothing from the global one."
+                )
+            if case.B > 1 and case.n_starts > 1 and all(bool((s == s[0]).all()) for s in starts):
+                raise CheckFailed(
+                    f"{what}: in each of the {len(starts)} batches every row is the same window (one start "
+                    f"for the whole batch, e.g. {starts[0].tolist()}): draw batch_size starts, one per row."
+                )
+            if case.B > 1 and case.n_starts > case.B and all(torch.equal(s, s[0] + torch.arange(case.B)) for s in starts):
+                raise CheckFailed(
+                    f"{what}: in each of the {len(starts)} batches the rows start at consecutive positions "
+                    f"(e.g. {starts[0].tolist()}): one random start and its neighbours are not independent "
+                    "windows. Draw batch_size starts, each uniform over 0 .. len(ids) - block_size - 1."
                 )
             if _same(first, other) and case.n_starts > 1:
                 raise CheckFailed(

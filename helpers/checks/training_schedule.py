@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from helpers.checks.core import Check, CheckFailed, describe
+from helpers.checks.training_batches import caught, raise_caught
 
 TOL = 1e-12
 AFTER = 3  # steps asked for after the last update
@@ -48,8 +47,6 @@ def _value(out) -> dict:
         return {"bad": f"returned {out!r}"}
     if isinstance(out, (int, float)):
         return {"value": float(out)}
-    if isinstance(out, torch.Tensor) and out.numel() == 1 and out.is_floating_point():
-        return {"value": float(torch.Tensor.detach(out).reshape(-1)[0]), "tensor": True}
     return {"bad": f"returned {describe(out)}"}
 
 
@@ -65,7 +62,7 @@ def _probe(cases):
                 for step in range(case[0] + AFTER):
                     rates.append(_value(learning_rate(step, config)))
             except Exception as exc:  # noqa: BLE001 - the judge explains the error
-                rates.append({"error": f"{type(exc).__name__}: {exc}"[:1500]})
+                rates.append({**caught(exc), "step": len(rates)})
             runs.append(rates)
         return {"runs": runs}
 
@@ -133,6 +130,93 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= TOL * max(1.0, abs(b))
 
 
+def _phases(case, bad: list[int]) -> str:
+    """Which parts of the schedule the wrong steps fall in, in words."""
+    steps, _, _, warmup, cosine = case
+    parts = [("the warm-up", range(0, warmup)), ("the decay" if cosine else "the steps after the warm-up",
+             range(warmup, steps)), (f"the {AFTER} steps after the last update", range(steps, steps + AFTER))]
+    hit = [f"{name} ({sum(s in span for s in bad)} of {len(span)} steps)" for name, span in parts
+           if any(s in span for s in bad)]
+    return "wrong in " + " and in ".join(hit) + ", right everywhere else" if len(hit) < 3 else "wrong in every part"
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """Least squares ys = a * xs + b, when it fits every point (else None)."""
+    n = len(xs)
+    if n < 2:
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    a = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    b = my - a * mx
+    return (a, b) if all(abs(a * x + b - y) <= 1e-6 for x, y in zip(xs, ys, strict=True)) else None
+
+
+def _ratio(c: float, case) -> str:
+    """'0.217391 (= warmup_steps / steps)' when c is a ratio of the case's numbers."""
+    steps, _, _, warmup, _ = case
+    named = {"warmup_steps": warmup, "steps": steps, "steps - 1": steps - 1, "warmup_steps + 1": warmup + 1,
+             "2": 2, "π": math.pi, "1": 1}
+    for (a, x), (b, y) in ((p, q) for p in named.items() for q in named.items()):
+        if a != b and x and y and abs(c - x / y) <= 1e-9 * abs(c) and not (a == "1" and b == "1"):
+            expr = f"{a} / {b}" if b != "1" else a
+            return f"{c:.6g}" if expr == f"{c:.6g}" else f"{c:.6g} (= {expr})"
+    return f"{c:.6g}"
+
+
+def _pattern(case, want: list[float], got: list[float], bad: list[int]) -> str:
+    """What the wrong rates have in common (a shift, a factor, a decay of another length...)."""
+    steps, lr, min_lr, warmup, cosine = case
+    where = _phases(case, bad)
+    for d in (1, -1, 2, -2):
+        if all(0 <= s + d < len(want) and _close(got[s], want[s + d]) for s in bad):
+            return (f"the schedule is shifted by {abs(d)} step{'s' if abs(d) > 1 else ''}: step s gets the rate "
+                    f"of step s {'+' if d > 0 else '-'} {abs(d)} (an off-by-{abs(d)} in the step count); {where}")
+    if bad == [warmup] and warmup:
+        return "the first step after the warm-up gets the peak, lr: only that step is wrong, so check the boundary (< or <=)"
+    if all(want[s] for s in bad):
+        ratios = [got[s] / want[s] for s in bad]
+        if max(ratios) - min(ratios) <= 1e-9 * max(1.0, abs(ratios[0])):
+            return f"every wrong rate is {_ratio(ratios[0], case)} × the reference's (a constant factor); {where}"
+    warm = [s for s in bad if s < warmup]
+    if warm and len(warm) == len(bad) and all(_close(got[s], lr) for s in warm):
+        return f"there is no warm-up: steps 0 to {warmup - 1} already get lr (here cosine={cosine}); {where}"
+    if cosine and all(_close(got[s], lr + min_lr - want[s]) for s in bad):
+        return ("the decay runs backwards: it climbs from min_lr to lr instead of falling from lr to min_lr (the "
+                f"cosine's sign, or lr and min_lr swapped); {where}")
+    decay = [s for s in range(warmup, steps) if s in bad]
+    if cosine and lr != min_lr and decay and all(s >= warmup for s in bad):
+        heights = [(got[s] - min_lr) / (want[s] - min_lr) for s in decay if abs(want[s] - min_lr) > 1e-9]
+        if heights and max(heights) - min(heights) <= 1e-9 * max(1.0, abs(heights[0])):
+            return (f"the wave is {_ratio(heights[0], case)} × as high as it should be (rate - min_lr is that "
+                    f"multiple of the reference's): a factor of the cosine term is wrong or missing; {where}")
+        inside = all(min_lr - 1e-12 <= got[s] <= lr + 1e-12 for s in decay)
+        if inside:  # read the progress of the cosine back from the rates
+            progress = [math.acos(max(-1.0, min(1.0, 2 * (got[s] - min_lr) / (lr - min_lr) - 1))) / math.pi for s in decay]
+            if all(min(p, 1 - p) <= 1e-9 for p in progress):
+                return ("within the decay the rate jumps between lr and min_lr: the progress is 0 or 1 and nothing "
+                        f"in between (an integer division //, or a rounded progress); {where}")
+            line = _fit([float(s) for s in decay], progress)
+            if line and line[0] > 0:
+                span, start = 1 / line[0], -line[1] / line[0]
+                right = max(1, steps - 1 - warmup)
+                pi = " (the span is π times too long: cos(progress) instead of cos(π · progress))" if abs(
+                    span / right - math.pi) < 1e-6 else ""
+                return (f"the rates follow a cosine whose progress runs from step {start:.4g} over {span:.4g} steps; it "
+                        f"should run from step {warmup} (the end of the warm-up) over {right} steps{pi}; {where}")
+    if warm and len(warm) == len(bad):
+        return (f"during the warm-up step s gets lr * (s + 1) / warmup_steps (step 0: {want[0]:.9g}, step "
+                f"{warmup - 1}: lr), yours climbs from {got[0]:.9g} to {got[warmup - 1]:.9g}; {where}")
+    if bad[0] == 0 and warmup == 0:
+        return f"with warmup_steps = 0 there is no warm-up: step 0 already gets lr; {where}"
+    if not cosine:
+        return f"without cosine the rate stays at lr after the warm-up; {where}"
+    return ("after the warm-up: min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2, with progress = "
+            f"(step - warmup_steps) / (steps - 1 - warmup_steps); {where}")
+
+
 def _judge(cases):
     def judge(data: dict) -> str:
         from helpers.reference.training_step import learning_rate as reference
@@ -151,15 +235,12 @@ def _judge(cases):
             for s, item in enumerate(rates):
                 if not isinstance(item, dict):
                     raise CheckFailed("the check's data is incomplete")
-                if "error" in item:
-                    error = str(item["error"])
-                    hint = ""
-                    if "division by zero" in error:
-                        hint = (" With warmup_steps = 0 there is no warm-up; and the decay must divide by "
-                                "at least 1 (max(1, steps - 1 - warmup_steps)).")
-                    raise CheckFailed(f"{what}: step {s} raised {error}.{hint}")
+                raise_caught(f"{what}: step {s}", item, [("division by zero", (
+                    "With warmup_steps = 0 there is no warm-up; and the decay must divide by at least 1 "
+                    "(max(1, steps - 1 - warmup_steps))."))])
                 if "bad" in item:
-                    raise CheckFailed(f"{what}: step {s} {item['bad']}; return the learning rate as a Python float.")
+                    raise CheckFailed(f"{what}: step {s} {item['bad']}; return the learning rate as a Python "
+                                      "float (float(...), or .item() of a tensor).")
                 value = item.get("value")
                 if not isinstance(value, float):
                     raise CheckFailed("the check's data is incomplete")
@@ -177,20 +258,7 @@ def _judge(cases):
             for label, rates_v in _variants(case).items():
                 if all(_close(g, v) for g, v in zip(got, rates_v, strict=True)):
                     raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
-            if first == 0 and warmup == 0:
-                reason = "with warmup_steps = 0 there is no warm-up: step 0 already gets lr"
-            elif first < warmup:
-                reason = f"during the warm-up step s gets lr * (s + 1) / warmup_steps (step 0: {want[0]:.9g}, step {warmup - 1}: lr)"
-            elif first == warmup:
-                reason = "the first step after the warm-up gets the peak, lr"
-            elif first >= steps - 1:
-                reason = "the last update and every step after it get min_lr"
-            elif not cosine:
-                reason = "without cosine the rate stays at lr after the warm-up"
-            else:
-                reason = ("after the warm-up: min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2, with progress = "
-                          "(step - warmup_steps) / (steps - 1 - warmup_steps)")
-            raise CheckFailed(f"{what}: {reason}. Evidence: {evidence}.")
+            raise CheckFailed(f"{what}: {_pattern(case, want, got, bad)}. Evidence: {evidence}.")
         return (
             "learning_rate: " + "; ".join(f"steps={c[0]}, warmup_steps={c[3]}, cosine={c[4]}" for c in cases)
             + f": the rate of every step, and of {AFTER} steps after the last, matches the reference."

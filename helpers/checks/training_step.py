@@ -16,18 +16,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers.checks.core import Check, CheckFailed, close, describe, first_mismatch
+from helpers.checks.core import Check, CheckFailed, close, describe
+from helpers.checks.diagnose import case_sizes, explain_mismatch
+from helpers.checks.training_batches import caught, raise_caught
 
 TOL = 1e-9  # float64 all the way: a correct step matches the reference to rounding
 
 
 class TinyLM(nn.Module):
-    """A small stand-in language model: ids (B, T) -> logits (B, T, V).
-
-    Each position sees the mean of the embeddings up to it (so positions interact), then a
-    linear layer with a bias, tanh and an output layer. It records, at every forward pass,
-    whether it was in training mode.
-    """
+    """A small stand-in language model: ids (B, T) -> logits (B, T, V). Each position sees the mean
+    of the embeddings up to it, then Linear, tanh, Linear; every forward pass records the mode."""
 
     def __init__(self, n_vocab: int, emb_dim: int):
         super().__init__()
@@ -74,6 +72,13 @@ HIDDEN_CASES = [
 ]
 
 
+LR = {"sgd": 0.3, "sgd-momentum": 0.2, "adamw": 0.05}  # the optimizers' learning rates
+
+
+def _sizes(case: Case) -> dict[str, int]:
+    return {"B": case.B, "T": case.T, "V": case.V, "C": case.C}
+
+
 def build(case: Case) -> tuple[TinyLM, torch.optim.Optimizer, list[tuple[torch.Tensor, torch.Tensor]]]:
     """The model with known weights, its optimizer and the batches (x, y) of every step."""
     g = torch.Generator().manual_seed(1000 + case.seed)
@@ -81,12 +86,9 @@ def build(case: Case) -> tuple[TinyLM, torch.optim.Optimizer, list[tuple[torch.T
     with torch.no_grad():
         for _, param in sorted(model.named_parameters()):
             param.copy_(1.5 * torch.randn(param.shape, generator=g, dtype=torch.float64))
-    if case.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
-    elif case.optimizer == "sgd-momentum":
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
-    else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
+    lr = LR[case.optimizer]
+    optimizer = (torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1) if case.optimizer == "adamw" else
+                 torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9 if case.optimizer == "sgd-momentum" else 0))
     batches = []
     for _ in range(case.steps):
         seq = torch.randint(case.V, (case.B, case.T + 1), generator=g)  # (B, T+1)
@@ -101,16 +103,8 @@ def _returned(value) -> dict:
     if isinstance(value, float):
         return {"kind": "float", "value": value}
     if isinstance(value, torch.Tensor):
-        info = {
-            "kind": "tensor",
-            "shape": list(value.shape),
-            "requires_grad": bool(value.requires_grad),
-            "has_graph": value.grad_fn is not None,
-            "dtype": str(value.dtype),
-        }
-        if value.numel() == 1:
-            info["value"] = float(torch.Tensor.detach(value).reshape(-1)[0])
-        return info
+        return {"kind": "tensor", "shape": list(value.shape), "has_graph": value.grad_fn is not None,
+                "dtype": str(value.dtype)}
     return {"kind": type(value).__name__, "text": repr(value)[:200]}
 
 
@@ -125,9 +119,10 @@ def _probe(cases):
             for x, y in batches:
                 model.modes.clear()
                 try:
-                    out = train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
+                    with case_sizes(_sizes(case)):
+                        out = train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
                 except Exception as exc:  # noqa: BLE001 - the judge explains the error
-                    steps.append({"error": f"{type(exc).__name__}: {exc}"[:1500]})
+                    steps.append(caught(exc, _sizes(case)))
                     break
                 steps.append({
                     "returned": _returned(out),
@@ -158,6 +153,11 @@ def _loss_variants(logits: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> di
             F.cross_entropy(torch.softmax(flat, dim=-1), targets),
         "you used nll_loss on raw logits: it expects log-probabilities (use F.cross_entropy, or log_softmax first)":
             F.nll_loss(flat, targets),
+        "you flattened the targets in another order than the logits (y transposed, or the logits transposed "
+        "before the reshape): row b * T + t of the logits must meet y[b, t]":
+            F.cross_entropy(flat, y.transpose(0, 1).reshape(-1)),
+        **{f"you used label smoothing ({eps}): this loss is the plain cross-entropy, F.cross_entropy(logits, y)":
+           F.cross_entropy(flat, targets, label_smoothing=eps) for eps in (0.1, 0.05, 0.2, 0.01)},
     }
 
 
@@ -179,12 +179,19 @@ PROCEDURES = {
 }
 
 
-def _replay(case: Case, procedure: tuple[str, str]) -> list[dict]:
-    """Run the whole case with a step put together as ``procedure``: losses and parameters."""
-    zero, clip = procedure
+def _replay(case: Case, procedure: tuple[str, str] | None = None) -> list[dict]:
+    """The losses and parameters after every step of the case, with the reference's ``train_step``
+    (``procedure`` None) or with a step put together as ``procedure``."""
+    from helpers.reference.training_step import train_step
+
     model, optimizer, batches = build(case)
     out = []
     for x, y in batches:
+        if procedure is None:
+            loss = train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
+            out.append({"loss": loss, "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
+            continue
+        zero, clip = procedure
         model.train()
         if zero == "start":
             optimizer.zero_grad(set_to_none=True)
@@ -204,64 +211,77 @@ def _replay(case: Case, procedure: tuple[str, str]) -> list[dict]:
     return out
 
 
-def _expected(case: Case) -> list[dict]:
-    """The reference ``train_step`` on the case: losses and parameters after every step."""
-    from helpers.reference.training_step import train_step
-
-    model, optimizer, batches = build(case)
-    out = []
-    for x, y in batches:
-        loss = train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
-        out.append({"loss": loss, "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
-    return out
-
-
 def _params_before(case: Case, expected: list[dict], k: int) -> TinyLM:
-    model, _, _ = build(case)
-    if k > 0:
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                p.copy_(expected[k - 1]["params"][name])
+    """The model in training mode, with the reference's parameters before step k."""
+    model = build(case)[0].train()
+    with torch.no_grad():
+        for name, p in model.named_parameters() if k > 0 else ():
+            p.copy_(expected[k - 1]["params"][name])
     return model
 
 
 def _same_params(want: dict, got: dict) -> bool:
     """Whether ``got`` holds every parameter of ``want``, equal to rounding."""
-    for name, tensor in want.items():
-        other = got.get(name)
-        if not isinstance(other, torch.Tensor) or other.shape != tensor.shape or not close(tensor, other, TOL, TOL):
-            return False
-    return True
+    return all(isinstance(got.get(n), torch.Tensor) and got[n].shape == t.shape and close(t, got[n], TOL, TOL)
+               for n, t in want.items())
 
 
-def _explain_error(error: str, what: str, k: int) -> str:
-    at = f"{what}: step {k + 1} raised {error}"
-    if "Expected target size" in error or "Expected input batch_size" in error or "spatial targets" in error:
-        return (
-            f"{at}. cross_entropy wants logits of shape (N, V) and targets of shape (N,): flatten the "
-            "batch and time dimensions, logits.reshape(B * T, V) and y.reshape(B * T) (the loss was not reshaped)."
-        )
-    if "does not require grad" in error or "does not have a grad_fn" in error:
-        return (
-            f"{at}. backward() found no graph: the forward pass ran under torch.no_grad(), or the loss "
-            "was detached or turned into a number before backward(). Keep the loss a tensor until "
-            "after backward(); call .item() only for the value you return."
-        )
-    if "'float' object has no attribute 'backward'" in error:
-        return (
-            f"{at}. The loss became a Python float (.item()) before loss.backward(): a float has no "
-            "graph to differentiate. Call backward() on the tensor, and .item() only for the value you return."
-        )
-    if "modified by an inplace operation" in error:
-        return (
-            f"{at}. optimizer.step() changed the parameters in place before loss.backward() used them: "
-            "call loss.backward() first, then optimizer.step()."
-        )
-    if "backward through the graph a second time" in error:
-        return f"{at}. Call loss.backward() once per step."
-    if "NoneType" in error and ("clip" in error or "max_norm" in error or "float" in error):
-        return f"{at}. When grad_clip is None, do not clip at all (if grad_clip is not None: ...)."
-    return f"{at}."
+ERROR_HINTS = [
+    (("Expected target size", "Expected input batch_size", "spatial targets"), "cross_entropy wants logits of "
+     "shape (N, V) and targets of shape (N,): flatten the batch and time dimensions, logits.reshape(B * T, V) "
+     "and y.reshape(B * T) (the loss was not reshaped)."),
+    (("does not require grad", "does not have a grad_fn"), "backward() found no graph: the forward pass ran "
+     "under torch.no_grad(), or the loss was detached or turned into a number before backward(). Keep the "
+     "loss a tensor until after backward(); call .item() only for the value you return."),
+    ("'float' object has no attribute 'backward'", "The loss became a Python float (.item()) before "
+     "loss.backward(): a float has no graph to differentiate."),
+    ("modified by an inplace operation", "optimizer.step() changed the parameters in place before "
+     "loss.backward() used them: call loss.backward() first, then optimizer.step()."),
+    ("backward through the graph a second time", "Call loss.backward() once per step."),
+    ("NoneType", "When grad_clip is None, do not clip at all (if grad_clip is not None: ...)."),
+]
+
+
+def _flat(tensors: dict, names) -> torch.Tensor:
+    return torch.cat([tensors[n].reshape(-1).double() for n in names])
+
+
+def _update_pattern(case: Case, what: str, k: int, expected: list[dict], params: dict) -> str:
+    """The loss was right but the parameters after step k are not: how the update departs."""
+    model = _params_before(case, expected, k)
+    x, y = build(case)[2][k]
+    F.cross_entropy(model(x).reshape(-1, case.V), y.reshape(-1)).backward()  # the raw gradient
+    names = [n for n, _ in model.named_parameters()]
+    before = {n: p.detach() for n, p in model.named_parameters()}
+    where = f"{what}: after step {k + 1}, with the right loss,"
+    if all(isinstance(params.get(n), torch.Tensor) and params[n].shape == before[n].shape for n in names):
+        grad = _flat({n: p.grad for n, p in model.named_parameters()}, names)
+        mine = _flat(params, names) - _flat(before, names)  # the student's update
+        right = _flat(expected[k]["params"], names) - _flat(before, names)
+        if case.optimizer != "sgd" and close(-LR[case.optimizer] * grad, mine, TOL, TOL):
+            return (f"{where} every parameter moved by -lr × its gradient, a plain SGD step, not the "
+                    f"{case.optimizer} optimizer's update (which keeps its own state): call optimizer.step().")
+        c = float(mine @ right / (right @ right))
+        if abs(c - 1) > 1e-6 and close(c * right, mine, TOL, TOL):
+            said = f"{where} every parameter moved in the right direction but {c:.4g} × as far as the reference's update"
+            if case.optimizer == "sgd" and case.grad_clip is not None:
+                norm = float(grad.norm())
+                scale = c * min(1.0, case.grad_clip / norm)  # what the student's clipping multiplied the gradient by
+                for label, value in (("its L2 norm to 1.0 (a number written out instead of grad_clip)", scale * norm - 1),
+                                     ("its L1 norm (norm_type=1) instead of the L2 norm", scale * float(grad.abs().sum()) - case.grad_clip),
+                                     ("its largest entry (norm_type=inf) instead of the L2 norm", scale * float(grad.abs().max()) - case.grad_clip)):
+                    if abs(value) < 1e-6:
+                        return f"{said}: the gradient was clipped by {label}; clip_grad_norm_(model.parameters(), grad_clip)."
+                return (f"{said}: after clipping, the gradient's norm is {scale * norm:.4g}; clip_grad_norm_ brings it to "
+                        f"min(norm, grad_clip) = {min(norm, case.grad_clip):.4g}.")
+            if case.optimizer == "sgd" and abs(c - 2) < 1e-6:
+                return (f"{said}: twice the step, as when optimizer.step() runs twice, or backward() twice so that the "
+                        "gradients add up. Each once per step.")
+            return f"{said}."
+    name = next(n for n in names if not _same_params({n: expected[k]["params"][n]}, params))
+    return explain_mismatch(expected[k]["params"][name], params.get(name), atol=TOL, rtol=TOL,
+                            what=f"{where} the parameter {name}", sizes=_sizes(case),
+                            axes=("V", "C") if name.startswith("embed") else None)
 
 
 def _judge(cases):
@@ -274,29 +294,23 @@ def _judge(cases):
             steps = run.get("steps") if isinstance(run, dict) else None
             if not isinstance(steps, list) or not steps:
                 raise CheckFailed("the check's data is incomplete")
-            expected = _expected(case)
+            expected = _replay(case)
             for k, got in enumerate(steps):
                 if not isinstance(got, dict):
                     raise CheckFailed("the check's data is incomplete")
-                if "error" in got:
-                    raise CheckFailed(_explain_error(str(got["error"]), what, k))
-                _judge_returned(case, what, k, got.get("returned"), expected)
+                raise_caught(f"{what}: step {k + 1}", got, ERROR_HINTS)
+                _judge_returned(case, what, k, got, expected)
                 modes = got.get("modes")
                 if not isinstance(modes, list) or not modes:
                     raise CheckFailed(f"{what}: step {k + 1} never called the model (model(x)).")
                 if not all(m is True for m in modes):
-                    if case.start_in_eval:
-                        raise CheckFailed(
-                            f"{what}: the model came in evaluation mode and step {k + 1} ran its forward "
-                            "pass in that mode. A training step must put the model in training mode "
-                            "(model.train()) before the forward pass: dropout and similar layers behave "
-                            "differently there."
-                        )
-                    raise CheckFailed(
-                        f"{what}: step {k + 1} ran the forward pass in evaluation mode: do not call "
-                        "model.eval() in a training step; call model.train() (evaluation mode switches "
-                        "dropout off and is for measuring, not for learning)."
-                    )
+                    raise CheckFailed(f"{what}: " + (
+                        f"the model came in evaluation mode and step {k + 1} ran its forward pass in that mode. "
+                        "A training step must put the model in training mode (model.train()) before the forward "
+                        "pass: dropout and similar layers behave differently there." if case.start_in_eval else
+                        f"step {k + 1} ran the forward pass in evaluation mode: do not call model.eval() in a "
+                        "training step; call model.train() (evaluation mode switches dropout off and is for "
+                        "measuring, not for learning)."))
                 params = got.get("params")
                 if not isinstance(params, dict):
                     raise CheckFailed("the check's data is incomplete")
@@ -315,19 +329,7 @@ def _judge(cases):
                     replay = _replay(case, procedure)
                     if _same_params(replay[k]["params"], params):
                         raise CheckFailed(f"{what}, step {k + 1}: {label}.")
-                name = next(n for n in expected[k]["params"] if not _same_params(
-                    {n: expected[k]["params"][n]}, params))
-                got_p = params.get(name)
-                evidence = (
-                    first_mismatch(expected[k]["params"][name], got_p, TOL, TOL)
-                    if isinstance(got_p, torch.Tensor) and got_p.shape == expected[k]["params"][name].shape
-                    else f"got {describe(got_p)}"
-                )
-                raise CheckFailed(
-                    f"{what}: after step {k + 1} the parameter {name} differs from the reference's "
-                    f"({evidence}). The loss was right, so look at the order: zero_grad, backward, "
-                    "clip, step, each once."
-                )
+                raise CheckFailed(_update_pattern(case, what, k, expected, params))
             if len(steps) != len(expected):
                 raise CheckFailed("the check's data is incomplete")
         return (
@@ -338,34 +340,27 @@ def _judge(cases):
     return judge
 
 
-def _judge_returned(case: Case, what: str, k: int, returned, expected: list[dict]) -> None:
+def _judge_returned(case: Case, what: str, k: int, got: dict, expected: list[dict]) -> None:
+    returned = got.get("returned")
     if not isinstance(returned, dict):
         raise CheckFailed("the check's data is incomplete")
     kind = returned.get("kind")
     if kind == "tensor":
         if returned.get("has_graph"):
-            raise CheckFailed(
-                f"{what}: step {k + 1} returned the loss tensor itself, which holds on to the whole graph "
-                "of the forward pass (every activation of the batch): kept in a list of losses, the "
-                "graphs pile up and memory grows every step. Return loss.item(), a Python float."
-            )
-        raise CheckFailed(
-            f"{what}: step {k + 1} returned a tensor ({returned.get('dtype')}, shape "
-            f"{tuple(returned.get('shape') or ())}); return a Python float: loss.item()."
-        )
+            raise CheckFailed(f"{what}: step {k + 1} returned the loss tensor itself, which holds on to the whole "
+                              "graph of the forward pass (every activation of the batch): kept in a list of losses, "
+                              "the graphs pile up and memory grows every step. Return loss.item(), a Python float.")
+        raise CheckFailed(f"{what}: step {k + 1} returned a tensor ({returned.get('dtype')}, shape "
+                          f"{tuple(returned.get('shape') or ())}); return a Python float: loss.item().")
     if kind != "float":
-        raise CheckFailed(
-            f"{what}: step {k + 1} returned {kind} {returned.get('text', '')}; return the loss as a "
-            "Python float: loss.item()."
-        )
+        raise CheckFailed(f"{what}: step {k + 1} returned {kind} {returned.get('text', '')}; return the loss "
+                          "as a Python float: loss.item().")
     value = returned.get("value")
     want = expected[k]["loss"]
     if isinstance(value, float) and abs(value - want) <= TOL * max(1.0, abs(want)):
         return
     model = _params_before(case, expected, k)
-    model.train()
-    _, _, batches = build(case)
-    x, y = batches[k]
+    x, y = build(case)[2][k]
     with torch.no_grad():
         logits = model(x)  # (B, T, V)
         variants = _loss_variants(logits, x, y)
@@ -373,14 +368,24 @@ def _judge_returned(case: Case, what: str, k: int, returned, expected: list[dict
         variants["you returned the loss after the update (a second forward pass after step()); "
                  "return the loss of the forward pass that made the gradients"] = F.cross_entropy(
             after.reshape(-1, case.V), y.reshape(-1))
-    if isinstance(value, float):
-        for label, variant in variants.items():
-            if abs(variant.item() - value) <= 1e-7 * max(1.0, abs(value)):
-                raise CheckFailed(f"{what}, step {k + 1}: {label}. The loss should be {want:.6f}, got {value:.6f}.")
-    raise CheckFailed(
-        f"{what}: step {k + 1} returned the loss {value!r}; the mean cross-entropy of model(x) against y "
-        f"is {want:.6f}."
-    )
+    if not isinstance(value, float):
+        raise CheckFailed("the check's data is incomplete")
+    for label, variant in variants.items():
+        if abs(variant.item() - value) <= 1e-7 * max(1.0, abs(value)):
+            raise CheckFailed(f"{what}, step {k + 1}: {label}. The loss should be {want:.6f}, got {value:.6f}.")
+    ratio = value / want
+    sizes = {"B": case.B, "T": case.T, "B * T": case.B * case.T, "V": case.V}
+    factor = next((f"1/{n}" for n, v in sizes.items() if abs(ratio * v - 1) < 1e-9), None) or next(
+        (n for n, v in sizes.items() if abs(ratio - v) < 1e-9), None)
+    said = f"{what}: step {k + 1} returned the loss {value:.6f}; the mean cross-entropy of model(x) against y is {want:.6f}"
+    if factor:
+        raise CheckFailed(f"{said}, and yours is {factor} × it: a division or a multiplication by {factor.removeprefix('1/')} "
+                          "too many (cross_entropy already averages over the B * T positions).")
+    params = got.get("params")
+    if isinstance(params, dict) and _same_params(expected[k]["params"], params):
+        raise CheckFailed(f"{said}. The update itself is right, so the loss you backpropagate is: return its "
+                          "value, loss.item(), not another number.")
+    raise CheckFailed(f"{said} ({ratio:.6g} × it).")
 
 
 check_train_step = Check("check_train_step", _probe(CASES), _judge(CASES))
