@@ -16,6 +16,7 @@ makes the same JSON round trip in both modes, so the student sees exactly the gr
 
 from __future__ import annotations
 
+import linecache
 import math
 import traceback
 from dataclasses import dataclass, field
@@ -86,7 +87,9 @@ class Check:
         with torch.random.fork_rng():  # a check never moves the notebook's random numbers
             try:
                 data = decode(encode(self.probe(student_object)))
-            except NotImplementedError:
+            except NotImplementedError as exc:
+                if not _unanswered(exc):  # raised inside PyTorch: an error like any other
+                    raise CheckFailed(_explain_error(exc, self.sizes)) from exc
                 what = getattr(student_object, "__name__", "your answer")
                 raise CheckFailed(
                     f"{what} is not written yet: it still raises NotImplementedError. Replace the "
@@ -109,7 +112,7 @@ class Check:
             return {"check": self.name, "failed": str(exc)}
         except Exception as exc:  # noqa: BLE001 - any error of the student's code is data here
             plain = _plain_error(exc)
-            not_implemented = isinstance(exc, NotImplementedError)
+            not_implemented = isinstance(exc, NotImplementedError) and _unanswered(exc)
             explained = plain if not_implemented else _explain_error(exc, self.sizes)
             error = plain[:2000]
             if explained != plain:  # the first line stays "TypeName: message", then what it means
@@ -122,6 +125,21 @@ class Check:
                 "not_implemented": not_implemented,
                 "traceback": "".join(traceback.format_exception(exc)[-6:])[-4000:],
             }
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """A NotImplementedError the student's own code raised (the blank answer's ``raise``), not one
+    from inside PyTorch (an operation it does not implement for these arguments: raised in C++,
+    so the innermost Python frame is still the student's line, which is not a ``raise``)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_globals)
+        if line.strip():
+            return line.strip().startswith("raise")
+    text = str(exc)
+    return "aten::" not in text and "not implemented for" not in text.lower()
 
 
 def _plain_error(exc: BaseException) -> str:
