@@ -166,3 +166,17 @@ def test_real_gpt2_small_matches_transformers():
     ids = torch.tensor([ours.encode(HARD_TEXTS[6])])
     with torch.no_grad():
         assert (model(ids) - hf(ids).logits).abs().max() < 1e-3
+
+
+def test_dropout_by_configuration_acts_in_training_only_and_keeps_the_keys():
+    sizes = dict(n_vocab=11, max_len=8, emb_dim=12, n_hidden=20, head_dim=3, n_heads=4, n_layers=2)
+    torch.manual_seed(0)
+    plain = TransformerLM(Config(**sizes))
+    torch.manual_seed(0)
+    dropping = TransformerLM(Config(**sizes, dropout=0.3))
+    assert plain.state_dict().keys() == dropping.state_dict().keys()
+    ids = torch.randint(0, 11, (2, 7), generator=torch.Generator().manual_seed(1))
+    dropping.train()
+    assert not torch.allclose(dropping(ids), dropping(ids)), "training mode drops at random"
+    plain.eval(), dropping.eval()
+    torch.testing.assert_close(dropping(ids), plain(ids))  # evaluation mode: exactly the plain model

@@ -276,6 +276,7 @@ class ProbeConfig:
     final_norm: bool = True
     attn_bias: bool = False  # lesson 10's GPT-2 options: the checks here keep the defaults
     activation: str = "relu"
+    dropout: float = 0.0
 
 
 # (seed, Config fields, dtype, B, T)

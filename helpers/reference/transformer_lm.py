@@ -44,14 +44,17 @@ class Config:
     final_norm: bool = True  # a LayerNorm after the last layer (the seed's model has none)
     attn_bias: bool = False  # biases in attention's query, key, value and output maps (GPT-2's; lesson 10)
     activation: str = "relu"  # the MLP's nonlinearity: "relu", or GPT-2's "gelu_tanh" (lesson 10)
+    dropout: float = 0.0  # dropout on each sub-layer's output while training (GPT-2 trained with 0.1)
 
 
 def gpt2_options(block: nn.Module, config: Config) -> None:
-    """Give a TransformerBlock the two details in which GPT-2's blocks differ from ours (lesson 10).
+    """Give a TransformerBlock the details in which GPT-2's blocks differ from ours (lesson 10).
 
     config.attn_bias: the attention's four nn.Linear maps get biases (query.bias ... to_output.bias).
     config.activation == "gelu_tanh": the MLP's nn.ReLU() becomes nn.GELU(approximate="tanh").
-    With the defaults (no biases, "relu") it changes nothing and draws no random numbers.
+    config.dropout > 0: in training mode, the outputs of the attention and of the MLP (what each
+    adds to the residual stream) go through nn.Dropout; in evaluation mode nothing changes.
+    With the defaults (no biases, "relu", no dropout) it changes nothing and draws no random numbers.
     """
     if config.attn_bias:
         for name in ("query", "key", "value", "to_output"):
@@ -61,6 +64,10 @@ def gpt2_options(block: nn.Module, config: Config) -> None:
         block.mlp.model[1] = nn.GELU(approximate="tanh")  # no parameters: the state_dict keys stay the same
     elif config.activation != "relu":
         raise ValueError(f"activation must be 'relu' or 'gelu_tanh', got {config.activation!r}")
+    if config.dropout > 0:  # a hook, not a module: the state_dict keys stay the same
+        p = config.dropout
+        for sublayer in (block.attention, block.mlp):  # each sub-layer's own train()/eval() switches it
+            sublayer.register_forward_hook(lambda module, inputs, out: F.dropout(out, p, module.training))
 
 
 class TransformerLM(nn.Module):
