@@ -9,6 +9,7 @@ in one exercise costs only that exercise. The judges compare with the reference.
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import contextmanager
 
 from helpers.checks.core import Check, CheckFailed, describe
@@ -17,9 +18,9 @@ from helpers.checks.core import Check, CheckFailed, describe
 # known-good versions, for the probes (which must not need the reference) and the variants
 
 
-def pairs_known(ids):
+def pairs_known(ids, gap=1):
     counts = {}
-    for pair in zip(ids, ids[1:]):  # noqa: B905 - one shorter by design
+    for pair in zip(ids, ids[gap:]):  # noqa: B905 - shorter by design
         counts[pair] = counts.get(pair, 0) + 1
     return counts
 
@@ -37,11 +38,9 @@ def merge_known(ids, pair, new_id):
 
 
 def train_known(text, n_merges, start=None, pick=None, first_id=256):
-    ids = list(text.encode("utf-8")) if start is None else start(text)
-    merges = {}
+    ids, merges = list(text.encode("utf-8")) if start is None else start(text), {}
     for rank in range(n_merges):
-        counts = pairs_known(ids)
-        if not counts:
+        if not (counts := pairs_known(ids)):
             break
         pair = (pick or (lambda c: max(c, key=c.get)))(counts)
         merges[pair] = first_id + rank
@@ -52,9 +51,7 @@ def train_known(text, n_merges, start=None, pick=None, first_id=256):
 @contextmanager
 def known_helpers(function):
     """While active, count_pairs and merge mean the known-good versions to ``function``."""
-    scope = getattr(function, "__globals__", None)
-    missing = object()
-    saved = {}
+    scope, missing, saved = getattr(function, "__globals__", None), object(), {}
     if isinstance(scope, dict):  # also when the notebook has none (its cell raised): then remove them after
         for name, fn in (("count_pairs", pairs_known), ("merge", merge_known)):
             saved[name] = scope.get(name, missing)
@@ -63,10 +60,7 @@ def known_helpers(function):
         yield
     finally:
         for name, value in saved.items():
-            if value is missing:
-                scope.pop(name, None)
-            else:
-                scope[name] = value
+            scope.pop(name, None) if value is missing else scope.__setitem__(name, value)
 
 
 def _plain(value):
@@ -84,11 +78,9 @@ def _plain(value):
 
 
 def _unplain(data):
-    if not isinstance(data, dict):
-        return data
-    if "pairs" in data:
+    if isinstance(data, dict) and "pairs" in data:
         return {(a, b): v for a, b, v in data["pairs"]}
-    return data.get("ids", data.get("text", data))
+    return data.get("ids", data.get("text", data)) if isinstance(data, dict) else data
 
 
 def _probe(cases, call):
@@ -96,20 +88,37 @@ def _probe(cases, call):
         if not callable(function):
             raise CheckFailed(f"expected a function, got {describe(function)}")
         runs = []
+        from helpers.checks.bpe_text import bounded, explain_error  # (that module imports this one)
+
         with known_helpers(function):
             for case in cases:
                 try:
-                    runs.append(call(function, case))
+                    with bounded(function):
+                        runs.append(call(function, case))
                 except NotImplementedError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the error is evidence
-                    runs.append({"error": f"{type(exc).__name__}: {exc}"[:400]})
+                    runs.append({"error": f"{type(exc).__name__}: {exc}"[:300], "why": explain_error(exc)})
         return {"runs": runs}
 
     return probe
 
 
-def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_error=lambda error: None):
+def parting(a, b) -> int:
+    """The first position where two sequences differ (the shorter one's length when one starts the other)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def first_difference(expected, got) -> str:
+    p = parting(expected, got)
+    head = f"they agree up to position {p - 1}, then " if p else "they differ from the first position: "
+    if p in (len(got), len(expected)):
+        return head + (f"yours ends where the reference goes on with {expected[p:][:6]}" if p == len(got)
+                       else f"yours goes on with {got[p:][:6]} after the reference's last item")
+    return f"{head}position {p} is {got[p]!r} where the reference has {expected[p]!r}"
+
+
+def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_error=lambda error: None, reading=None):
     def judge(data: dict) -> str:
         runs = data.get("runs")
         if not isinstance(runs, list) or len(runs) != len(cases):
@@ -119,22 +128,21 @@ def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_er
         for index, (case, run) in enumerate(zip(cases, runs, strict=True)):
             what = f"{label}({describe_case(case)})"
             if "error" in run:
-                raise CheckFailed(f"{what} raised {run['error']}" + (on_error(str(run["error"])) or ""))
+                how = " did not finish: " if run["error"].startswith("_Looping") else " raised "
+                raise CheckFailed(what + how + (run.get("why") or run["error"]).rstrip(".") + (on_error(str(run["error"])) or ""))
             if run.get("input_changed"):
                 raise CheckFailed(f"{what} changed its input list in place: build and return a new list.")
             got, expected = outputs[index], expected_of(case)
             if got == expected and type(got) is type(expected):
                 continue
             shown = f"expected {expected!r}, got {got!r}"[:700]
-            for name in every[index]:  # a mistake that explains every output, else this one
-                if all(o == v[name] for o, v in zip(outputs, every, strict=True)):
-                    raise CheckFailed(f"{what}: {name}. Evidence: {shown}.")
-            for name, variant in every[index].items():
-                if got == variant:
+            for name in every[index]:  # a mistake that explains every output (an error says nothing)
+                if got == every[index][name] and all(o == v[name] for o, v, r in zip(outputs, every, runs, strict=True) if "error" not in r):
                     raise CheckFailed(f"{what}: {name}. Evidence: {shown}.")
             if isinstance(run.get("out"), dict) and "unusable" in run["out"]:
                 raise CheckFailed(f"{what} returned {run['out']['unusable']}; {summary[1]}")
-            raise CheckFailed(f"{what} differs from the reference. Evidence: {shown}.")
+            found = reading(case, got, expected) if reading else None
+            raise CheckFailed(f"{what}: {found or 'wrong output: ' + first_difference(expected, got)}. Evidence: {shown}.")
         return summary[0]
 
     return judge
@@ -143,82 +151,102 @@ def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_er
 # ---------------------------------------------------------------------------------------------
 # count_pairs(ids) -> {(a, b): count}
 
-PAIR_CASES = [[1, 2, 3, 1, 2], [97, 97, 97], [5, 5, 5, 5, 6, 5, 5], [4], []]
+PAIR_CASES = [[1, 2, 3, 1, 2], [97, 97, 97], [5, 5, 5, 5, 6, 5, 5], [4], [], [7, 8, 9]]
 PAIR_HIDDEN_CASES = [[9, 8, 9, 8, 9, 8, 8, 8], [300, 301, 300, 301, 2, 2], [0, 255]]
 
 
-def _count_call(fn, ids):
+def _copying_call(fn, ids, *rest):
     given = list(ids)
-    return {"out": _plain(fn(given)), "input_changed": given != ids}
+    return {"out": _plain(fn(given, *rest)), "input_changed": given != ids}
 
 
 def pair_variants(ids):
-    stride = {}
-    for pair in zip(ids[::2], ids[1::2]):  # noqa: B905
-        stride[pair] = stride.get(pair, 0) + 1
+    stride = dict(Counter(zip(ids[::2], ids[1::2])))  # noqa: B905
     once = {p: merge_known(ids, p, -1).count(-1) for p in pairs_known(ids)}  # like str.count
+    hop, i = {}, 0
+    while i < len(ids) - 1:  # a scan that jumps over a pair of two equal ids
+        hop[(ids[i], ids[i + 1])] = hop.get((ids[i], ids[i + 1]), 0) + 1
+        i += 2 if ids[i] == ids[i + 1] else 1
     return {
         "overlapping pairs were counted once: in [7, 7, 7] the pair (7, 7) occurs twice, at positions 0 "
         "and 1; count every neighbouring pair (counting is not merging)": once,
+        "overlapping pairs were counted once: your scan jumped over the second id of a pair of equal ids, so in [7, 7, 7] "
+        "the pair (7, 7) at position 1 was not counted; count every neighbouring pair (counting is not merging)": hop,
         "you stepped through ids two at a time, so only the pairs at even positions were counted": stride,
         "the last pair is missing (loop up to len(ids) - 1)": pairs_known(ids[:-1]),
+        "the first pair is missing: start at position 0": pairs_known(ids[1:]),
         "every pair counts 1: count how often each occurs": {p: 1 for p in pairs_known(ids)},
-        "you paired tokens two apart (ids[i], ids[i + 2]); neighbours are ids[i], ids[i + 1]": pairs_known_gap(ids),
+        "you paired tokens two apart (ids[i], ids[i + 2]); neighbours are ids[i], ids[i + 1]": pairs_known(ids, gap=2),
     }
 
 
-def pairs_known_gap(ids):
-    counts = {}
-    for pair in zip(ids, ids[2:]):  # noqa: B905
-        counts[pair] = counts.get(pair, 0) + 1
-    return counts
+def _positions(ids, pair):
+    at = [i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) == pair]
+    return f"position{'s' if len(at) > 1 else ''} {', '.join(map(str, at[:4]))}" if at else "no position"
 
 
-def _pairs_expected(ids):
-    from helpers.reference.gpt2 import count_pairs
+def pairs_reading(ids, got, expected):
+    if not isinstance(got, dict):
+        return None
+    if set(got) == set(expected) and len(expected) > 2:
+        for words, f in {"0": lambda e: 0, "minus what it should be": lambda e: -e, "one more than it should be": lambda e: e + 1,
+                         "one less than it should be": lambda e: e - 1, "twice what it should be": lambda e: 2 * e}.items():
+            if all(got[p] == f(e) for p, e in expected.items()):
+                return (f"the pairs are right, but every count is {words}: each occurrence must add 1 to a "
+                        "count that starts at 0 (counts.get(pair, 0) + 1)")
+    if set(got) == set(expected):
+        p = next(p for p in expected if got[p] != expected[p])
+        return f"the pairs are right, not every count: {p} occurs {expected[p]}× (at {_positions(ids, p)}), yours says {got[p]}"
+    extra = [p for p in got if p not in expected]
+    missing = [p for p in expected if p not in got]
+    if extra and all(a == b for a, b in extra):
+        return (f"your pairs include {extra[0]}, an id paired with itself where ids holds no such neighbours: "
+                "a pair is (ids[i], ids[i + 1]), an id and the one after it")
+    if extra and all((b, a) in expected for a, b in extra):
+        return f"your pairs are reversed: {extra[0]} should be {extra[0][::-1]}; a pair is (ids[i], ids[i + 1])"
+    if missing:
+        return f"the pair {missing[0]} (at {_positions(ids, missing[0])}) is missing from your dict"
+    return f"your dict holds {extra[0]}, which is not a pair of neighbours in ids"
 
-    return count_pairs(ids)
+
+def make_checks(name, call, cases, hidden_cases, label, expected_of, variants_of, describe_case, summary, **options):
+    """The visible check and its hidden twin: the same probe and judge on other cases."""
+    return tuple(Check(name + suffix, _probe(c, call), _judge(c, label, expected_of, variants_of, describe_case, summary, **options),
+                       hidden=bool(suffix)) for suffix, c in (("", cases), ("_hidden", hidden_cases)))
+
+
+def reference(name, unpack=lambda case: (case,)):
+    """The reference's answer for a case (imported when judging: earlier lessons' grading imports this module)."""
+    def expected(case):
+        from helpers.reference import gpt2
+
+        return getattr(gpt2, name)(*unpack(case))
+
+    return expected
 
 
 _PAIR_SUMMARY = ("count_pairs: overlapping runs ([97, 97, 97] holds (97, 97) twice), a lone token and an "
                  "empty list: every neighbouring pair counted, input untouched.",
                  "return a dict {(a, b): count}.")
-check_count_pairs = Check("check_count_pairs", _probe(PAIR_CASES, _count_call),
-                          _judge(PAIR_CASES, "count_pairs", _pairs_expected, pair_variants, repr, _PAIR_SUMMARY))
-check_count_pairs_hidden = Check("check_count_pairs_hidden", _probe(PAIR_HIDDEN_CASES, _count_call),
-                                 _judge(PAIR_HIDDEN_CASES, "count_pairs", _pairs_expected, pair_variants, repr, _PAIR_SUMMARY),
-                                 hidden=True)
+check_count_pairs, check_count_pairs_hidden = make_checks(
+    "check_count_pairs", _copying_call, PAIR_CASES, PAIR_HIDDEN_CASES, "count_pairs", reference("count_pairs"), pair_variants, repr,
+    _PAIR_SUMMARY, reading=pairs_reading)
 
 # ---------------------------------------------------------------------------------------------
 # merge(ids, pair, new_id) -> ids with every (non-overlapping) occurrence replaced, from the left
 
-MERGE_CASES = [([1, 2, 3, 1, 2], (1, 2), 9), ([97, 97, 97], (97, 97), 256), ([5, 5, 5, 5], (5, 5), 7), ([3, 1, 2, 4], (2, 3), 8)]
+MERGE_CASES = [([1, 2, 3, 1, 2], (1, 2), 9), ([97, 97, 97], (97, 97), 256), ([5, 5, 5, 5], (5, 5), 7), ([3, 1, 2, 4], (2, 3), 8),
+               ([11, 2, 1, 2], (1, 2), 7)]  # ids of two digits: "1 2" is also inside "11 2"
 MERGE_HIDDEN_CASES = [([6, 6, 6, 6, 6], (6, 6), 300), ([1, 2], (1, 2), 257), ([2, 1, 2, 1, 1], (1, 2), 11), ([], (1, 2), 3)]
-
-
-def _merge_call(fn, case):
-    ids, pair, new_id = case
-    given = list(ids)
-    return {"out": _plain(fn(given, pair, new_id)), "input_changed": given != ids}
 
 
 def merge_variants(case):
     ids, pair, new_id = case
-    no_skip, tail_lost, first = [], [], list(ids)
-    for i, x in enumerate(ids):  # a merge that does not skip the pair's second token
-        no_skip.append(new_id if i + 1 < len(ids) and (x, ids[i + 1]) == pair else x)
-    i = 0
-    while i < len(ids) - 1:  # the loop stops one short and the last token is never appended
-        if (ids[i], ids[i + 1]) == pair:
-            tail_lost.append(new_id)
-            i += 2
-        else:
-            tail_lost.append(ids[i])
-            i += 1
-    for i in range(len(ids) - 1):
-        if (ids[i], ids[i + 1]) == pair:
-            first = ids[:i] + [new_id] + ids[i + 2:]
-            break
+    no_skip = [new_id if i + 1 < len(ids) and (x, ids[i + 1]) == pair else x for i, x in enumerate(ids)]
+    whole, short = merge_known(ids, pair, new_id), merge_known(ids[:-1], pair, new_id)
+    tail_lost = short if short + ids[-1:] == whole else whole  # a scan that stops one short: a last id alone is lost
+    at = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) == pair), None)
+    first = list(ids) if at is None else ids[:at] + [new_id] + ids[at + 2:]
     right = merge_known(ids[::-1], pair[::-1], new_id)[::-1]
     return {
         "after a merge the scan must skip both tokens of the pair (i += 2): your version also kept the "
@@ -229,19 +257,28 @@ def merge_variants(case):
     }
 
 
-def _merge_expected(case):
-    from helpers.reference.gpt2 import merge
-
-    return merge(list(case[0]), case[1], case[2])
+def merge_reading(case, got, expected):
+    ids, pair, new_id = case
+    if not isinstance(got, list):
+        return None
+    if got == list(ids):
+        return f"nothing was merged: your output is ids unchanged, though {pair} occurs at {_positions(ids, pair)}"
+    if got == [x for x in expected if x != new_id]:
+        return f"each occurrence of {pair} was removed instead of replaced: append new_id ({new_id}) where the pair was"
+    if got == [x for x in expected if x == new_id]:
+        return f"only the new ids are in your output: the ids outside the pair ({[x for x in expected if x != new_id][:6]}) must be appended too"
+    left = [i for i in range(len(got) - 1) if (got[i], got[i + 1]) == tuple(pair)]
+    if left:
+        return f"your output still holds {pair} at position {left[0]}: every occurrence must be replaced"
+    return None
 
 
 _MERGE_SUMMARY = ("merge: every occurrence replaced from the left, overlapping runs ([97, 97, 97] -> [256, 97]), "
                   "a pair at the very end, a pair that does not occur; input untouched.", "return a list of ints.")
-check_merge = Check("check_merge", _probe(MERGE_CASES, _merge_call),
-                    _judge(MERGE_CASES, "merge", _merge_expected, merge_variants, lambda c: ", ".join(map(repr, c)), _MERGE_SUMMARY))
-check_merge_hidden = Check("check_merge_hidden", _probe(MERGE_HIDDEN_CASES, _merge_call),
-                           _judge(MERGE_HIDDEN_CASES, "merge", _merge_expected, merge_variants, lambda c: ", ".join(map(repr, c)), _MERGE_SUMMARY),
-                           hidden=True)
+check_merge, check_merge_hidden = make_checks(
+    "check_merge", lambda fn, case: _copying_call(fn, *case), MERGE_CASES, MERGE_HIDDEN_CASES, "merge",
+    reference("merge", lambda c: (list(c[0]), c[1], c[2])), merge_variants,
+    lambda c: ", ".join(map(repr, c)), _MERGE_SUMMARY, reading=merge_reading)
 
 # ---------------------------------------------------------------------------------------------
 # train_bpe(text, n_merges) -> {pair: new_id}, in the order learnt
@@ -266,25 +303,48 @@ def train_variants(case):
         "the new ids are off by one: merge r gets id 256 + r, the first free id after the 256 bytes": train_known(text, n, first_id=257),
         "the new ids start at 255, which is already the byte 0xff: merge r gets id 256 + r": train_known(text, n, first_id=255),
         "the pairs were counted once, on the bytes: count again after every merge, on the merged ids": {p: 256 + r for r, p in enumerate(once)},
+        "the ids were not updated after a merge (ids = merge(ids, pair, new_id)), so the same pair won every round": {once[0]: 255 + n} if once else {},
+        "you took the largest pair (max(counts) compares the pairs themselves), not the most frequent: max(counts, key=counts.get)": train_known(text, n, pick=max),
     }
 
 
-def _train_expected(case):
-    from helpers.reference.gpt2 import train_bpe
-
-    return train_bpe(*case)
-
-
-def _train_error(error):
-    if "empty" in error:
-        return ": stop early when no pair is left (fewer than two tokens)"
-    return None
+def train_reading(case, got, expected):
+    """The first merge that departs, and the counts of the ids at that step (the merges before it match)."""
+    if not isinstance(got, dict):
+        return None
+    ids = list(case[0].encode("utf-8"))
+    mine, learnt = list(got.items()), set(ids)
+    for rank, (pair, new_id) in enumerate(expected.items()):
+        counts = pairs_known(ids)
+        if rank >= len(mine):
+            return (f"you learnt {len(mine)} merges where {len(expected)} were possible: after merge {rank - 1} the ids still "
+                    f"hold pairs, the most frequent {pair} ({counts[pair]} times)")
+        (a, b), theirs = mine[rank]
+        at = f"merge {rank} ({'merge 0 matches' if rank == 1 else f'merges 0 to {rank - 1} match'})" if rank else "merge 0"
+        if (a, b) != pair:
+            stray = [x for x in (a, b) if x not in learnt]
+            if stray and not rank:
+                return (f"merge 0 is ({a}, {b}), but {stray[0]} is not among the text's UTF-8 bytes: start from "
+                        "list(text.encode('utf-8'))")
+            if stray:
+                return (f"{at} is ({a}, {b}), and {stray[0]} is neither a UTF-8 byte of this text nor an id learnt before "
+                        "it: the ids must be the text's bytes with each learnt merge applied, under the id stored for it")
+            m, want = counts.get((a, b), 0), counts[pair]
+            if m == want:
+                return (f"{at}: {pair} and your ({a}, {b}) both occur {m} times, a tie that goes to the pair that occurs "
+                        f"first ({pair} at {_positions(ids, pair)}, yours at {_positions(ids, (a, b))})")
+            return (f"{at} should be {pair}, the most frequent pair of the ids at that step ({want} times); yours, ({a}, {b}), "
+                    f"occurs {m} times there")
+        if theirs != new_id:
+            return f"{at} took the right pair {pair} but gave it the id {theirs}: merge r gets 256 + r = {new_id}"
+        ids = merge_known(ids, pair, new_id)
+        learnt.add(new_id)
+    return f"you learnt {len(mine)} merges; the text has no pair left after {len(expected)} (stop when no pair is left)"
 
 
 _TRAIN_SUMMARY = ("train_bpe: short texts, overlapping runs, non-ASCII text, more merges than pairs: the same merges "
                   "and ids as the reference, ties to the pair seen first.", "return a dict {(a, b): new_id}.")
-check_train_bpe = Check("check_train_bpe", _probe(TRAIN_CASES, _train_call),
-                        _judge(TRAIN_CASES, "train_bpe", _train_expected, train_variants, lambda c: f"{c[0]!r}, {c[1]}", _TRAIN_SUMMARY, _train_error))
-check_train_bpe_hidden = Check("check_train_bpe_hidden", _probe(TRAIN_HIDDEN_CASES, _train_call),
-                               _judge(TRAIN_HIDDEN_CASES, "train_bpe", _train_expected, train_variants, lambda c: f"{c[0]!r}, {c[1]}", _TRAIN_SUMMARY, _train_error),
-                               hidden=True)
+check_train_bpe, check_train_bpe_hidden = make_checks(
+    "check_train_bpe", _train_call, TRAIN_CASES, TRAIN_HIDDEN_CASES, "train_bpe", reference("train_bpe", tuple), train_variants,
+    lambda c: f"{c[0]!r}, {c[1]}", _TRAIN_SUMMARY, reading=train_reading,
+    on_error=lambda error: ": stop early when no pair is left (fewer than two tokens)" if "empty" in error else None)

@@ -1,21 +1,150 @@
 """Checks for lesson 10's byte-level BPE, continued: encode(text, merges) and decode(ids, vocab).
 
-The machinery (probes that swap in known-good count_pairs and merge, judges that name the
-mistake that explains every output) is lesson 10's, in ``helpers.checks.bpe``.
+The probes and judges (known-good count_pairs and merge swapped in, the mistake that explains
+every output named, else a reading of the wrong output) are in ``helpers.checks.bpe``; this module
+adds what the probes use to run the student's code: a bound on the lines it runs (a loop that
+never ends becomes a clear failure, not a timeout) and an error explained with the values on its line.
 """
 
 from __future__ import annotations
 
-from helpers.checks.bpe import _judge, _plain, _probe, merge_known, pairs_known, train_known
-from helpers.checks.core import Check
+import ast
+import sys
+from contextlib import contextmanager
+
+import torch
+
+from helpers.checks.bpe import (
+    _plain,
+    make_checks,
+    merge_known,
+    pairs_known,
+    parting,
+    reference,
+    train_known,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Running the student's function: a loop that does not end, an error explained with its values
+
+
+class _Looping(Exception):
+    """Raised into the student's code when it has run far more steps than any answer needs."""
+
+
+@contextmanager
+def bounded(function, steps=100_000):
+    """While active, the student's code (``function``'s file) that runs ``steps`` lines raises
+    ``_Looping``, with what its int-list locals held halfway and at the end (a loop that makes
+    no progress shows the same list twice)."""
+    code = getattr(function, "__code__", None)
+    filename, count, seen = getattr(code, "co_filename", None), [0], {}
+
+    def lists(frame):
+        found = {k: v for k, v in frame.f_locals.items() if type(v) is int}
+        return found | {k: list(v) for k, v in frame.f_locals.items() if isinstance(v, (list, bytes)) and len(v) < 500}
+
+    def outer(frame):  # a comprehension runs in a frame of its own: look at the function around it
+        while frame.f_code.co_name.startswith("<") and frame.f_back and frame.f_back.f_code.co_filename == filename:
+            frame = frame.f_back
+        return frame
+
+    def local(frame, event, arg):
+        if event == "line":
+            count[0] += 1
+            if count[0] == steps // 2:
+                seen["half"] = lists(outer(frame))
+            elif count[0] >= steps:
+                raise _Looping(steps, seen.get("half", {}), lists(outer(frame)), outer(frame).f_code.co_name)
+        return local
+
+    saved = sys.gettrace()
+    sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename == filename else None)
+    try:
+        yield
+    finally:
+        sys.settrace(saved)
+
+
+def _looping_text(exc):
+    steps, half, end, name = exc.args
+    same = [k for k, v in end.items() if half.get(k) == v]
+    text = f"after {steps:,} lines of your code had run, {name} was still in its loop: the loop does not end."
+    if same:
+        held = "; ".join(f"{k} = {end[k]!r}"[:120] for k in same[:3])
+        text += (f" At line {steps // 2:,} and at line {steps:,} it held the same {held}: nothing in the loop "
+                 "changes them, so every round repeats the same step. The loop must move on: advance the "
+                 "index, or store each step's result back (ids = merge(ids, pair, new_id)).")
+    return text
+
+
+def _values(frame, line):
+    """What the names and subscripts on ``line`` hold in ``frame``: ints, lists, tuples, dicts..."""
+    from helpers.checks.diagnose import _MISSING, _chains, _lookup
+
+    def show(name, v):
+        if isinstance(v, bool) or v is None:
+            return None
+        if isinstance(v, int):
+            return f"{name} = {v}"
+        if isinstance(v, (list, tuple, bytes, str, dict)):
+            kind = type(v).__name__
+            return f"{name} is a {kind} of length {len(v)}" + (f" ({v!r})"[:80] if len(repr(v)) < 70 else "")
+        if type(v).__name__ in ("generator", "map", "filter", "zip"):
+            return f"{name} is a {type(v).__name__} object (not a list, bytes or str)"
+        if isinstance(v, torch.nn.Sequential):
+            return f"{name} is an nn.Sequential of {len(v)} modules (indices 0 … {len(v) - 1})"
+        return None
+
+    out = [t for name in _chains(line) for t in [show(name, _lookup(name, frame))] if t]
+    try:
+        nodes = [n for n in ast.walk(ast.parse(line.strip().rstrip(":").removeprefix("if ").removeprefix("while ")))
+                 if isinstance(n, ast.Subscript) and not isinstance(n.slice, ast.Slice)]
+    except SyntaxError:
+        nodes = []
+    for node in nodes:  # an index past the end: say which
+        base = _lookup(ast.unparse(node.value), frame)
+        try:
+            index = eval(compile(ast.Expression(node.slice), "<index>", "eval"), {"__builtins__": {}},
+                         {k: v for k, v in frame.f_locals.items() if isinstance(v, (int, tuple, list))})
+        except Exception:  # noqa: BLE001 - not a plain index
+            continue
+        if base is not _MISSING and hasattr(base, "__len__") and isinstance(index, int) and not -len(base) <= index < len(base):
+            out.append(f"{ast.unparse(node)} reads index {index} of {ast.unparse(node.value)}, which has "
+                       f"{len(base)} item{'s' if len(base) != 1 else ''} (valid indices 0 … {len(base) - 1})")
+    return out
+
+
+def explain_error(exc) -> str:
+    """Where the student's code raised, and what the plain values on that line were."""
+    from helpers.checks.diagnose import _is_student, _source_line
+
+    if isinstance(exc, _Looping):
+        return _looping_text(exc)
+    plain = f"{type(exc).__name__}: {exc}"[:300]
+    tb, mine = exc.__traceback__, None
+    while tb is not None:
+        if _is_student(tb.tb_frame.f_code.co_filename):
+            mine = tb
+        tb = tb.tb_next
+    if mine is None:
+        return plain
+    line = _source_line(mine.tb_frame, mine.tb_lineno)
+    where = f"an error in {mine.tb_frame.f_code.co_name}, line {mine.tb_lineno} (`{line[:150]}`): {plain}"
+    try:
+        found = _values(mine.tb_frame, line)
+    except Exception:  # noqa: BLE001 - an explanation never hides the error
+        found = []
+    return where + (". On that line " + "; ".join(found[:6]) + "." if found else "")[:700]
+
 
 # ---------------------------------------------------------------------------------------------
 # encode(text, merges) and decode(ids, vocab)
 
 CORPUS = "he she he hen; the theme then. €5 and €€€ for 😀😀 and 😀 the"
 MERGES = train_known(CORPUS, 16)
-ENCODE_CASES = ["then the theme", "thesis €€ 😀!", "", "ththe hen"]
-ENCODE_HIDDEN_CASES = ["the then", "é thhe", "zq"]
+ENCODE_CASES = ["then the theme", "thesis €€ 😀!", "", "ththe hen", "hen", "she a a", "thenehe a"]  # "hen": 3 bytes, then 2 ids, then 1
+ENCODE_HIDDEN_CASES = ["the then", "é thhe", "zq", "he"]
 
 
 def vocab_known(merges):
@@ -74,19 +203,38 @@ def _one_merge(text):
     return merge_known(ids, pair, MERGES[pair])
 
 
-def _encode_expected(text):
-    from helpers.reference.gpt2 import encode
+def _rank(i):
+    return f"byte {i}" if i < 256 else f"rank {i - 256}"
 
-    return encode(text, dict(MERGES))
+
+def encode_reading(text, got, expected):
+    """Do the ids spell the text, is a merge left, else where the segmentation first parts."""
+    vocab = vocab_known(MERGES)
+    stray = [i for i in got if i not in vocab]
+    if stray:
+        return f"your ids hold {stray[0]}, which is neither a byte (0-255) nor the id of a merge (256-{255 + len(MERGES)})"
+    data, want = b"".join(vocab[i] for i in got), text.encode("utf-8")
+    if data != want:
+        k = parting(data, want)
+        return (f"your ids do not spell the text: their bytes are {data!r}, the text's {want!r}; they part at byte {k}"[:400])
+    left = sorted((MERGES[p], i) for i, p in enumerate(zip(got, got[1:])) if p in MERGES)  # noqa: B905
+    if left:
+        new_id, i = left[0]
+        return (f"encode stopped too early: at positions {i}, {i + 1} your ids still hold {tuple(got[i:i + 2])}, "
+                f"which has a merge ({_rank(new_id)}, id {new_id}); go on until no neighbouring pair has one")
+    p = parting(got, expected)
+    offset = sum(len(vocab[i]) for i in got[:p])
+    return (f"your ids spell the text and no merge is left, but the merges were applied in another order than by rank: "
+            f"from byte {offset} (position {p}) the reference has {expected[p]} = {vocab[expected[p]]!r} "
+            f"({_rank(expected[p])}) where you have {got[p]} = {vocab[got[p]]!r} ({_rank(got[p])}); the lowest rank "
+            "must be applied first, everywhere, before the next")
 
 
 _ENCODE_SUMMARY = ("encode: texts with and without merges, euro signs and emoji, the empty text, with "
                    f"{len(MERGES)} merges learnt from a short text: the same ids as the reference.", "return a list of ints.")
-check_bpe_encode = Check("check_bpe_encode", _probe(ENCODE_CASES, _encode_call),
-                     _judge(ENCODE_CASES, "encode", _encode_expected, encode_variants, lambda t: f"{t!r}, merges", _ENCODE_SUMMARY))
-check_bpe_encode_hidden = Check("check_bpe_encode_hidden", _probe(ENCODE_HIDDEN_CASES, _encode_call),
-                            _judge(ENCODE_HIDDEN_CASES, "encode", _encode_expected, encode_variants, lambda t: f"{t!r}, merges", _ENCODE_SUMMARY),
-                            hidden=True)
+check_bpe_encode, check_bpe_encode_hidden = make_checks(
+    "check_bpe_encode", _encode_call, ENCODE_CASES, ENCODE_HIDDEN_CASES, "encode", reference("encode", lambda t: (t, dict(MERGES))), encode_variants,
+    lambda t: f"{t!r}, merges", _ENCODE_SUMMARY, reading=lambda t, got, want: isinstance(got, list) and encode_reading(t, got, want))
 
 DECODE_CASES = [list("naïve €".encode("utf-8")), encode_known("thesis €€ 😀!", MERGES), [104, 105, 0xE2, 0x82], [0xFF, 65]]
 DECODE_HIDDEN_CASES = [encode_known("😀 the €", MERGES), [0x80, 0x80, 97], list("e\u0301".encode("utf-8"))]
@@ -103,6 +251,7 @@ def decode_variants(ids):
         "you decoded token by token: a character whose UTF-8 bytes are split over two tokens breaks; join "
         "all the bytes first, then decode once": "".join(vocab[i].decode("utf-8", errors="replace") for i in ids),
         "invalid bytes were dropped (errors='ignore'); they must become U+FFFD (errors='replace')": data.decode("utf-8", errors="ignore"),
+        "invalid bytes were written as escapes (errors='backslashreplace'); they must become U+FFFD (errors='replace')": data.decode("utf-8", errors="backslashreplace"),
         "you decoded the bytes as Latin-1 (one character per byte, or chr(b)): decode them as UTF-8": data.decode("latin-1"),
     }
 
@@ -113,6 +262,19 @@ def _decode_error(error):
     return None
 
 
+def decode_reading(ids, got, expected):
+    if not isinstance(got, str):
+        return None
+    data = b"".join(vocab_known(MERGES)[i] for i in ids)
+    if got == str(data):
+        return "you returned str() of the bytes, their Python spelling: decode them (data.decode('utf-8', errors='replace'))"
+    k = parting(got, expected)
+
+    def char(text):
+        return f"{text[k]!r} (UTF-8 bytes {text[k].encode('utf-8', 'surrogatepass').hex(' ')})" if k < len(text) else "nothing more"
+    return f"the texts agree on {k} characters, then the reference has {char(expected)} where yours has {char(got)}"
+
+
 def _decode_expected(ids):
     from helpers.reference.gpt2 import build_vocab, decode
 
@@ -121,8 +283,6 @@ def _decode_expected(ids):
 
 _DECODE_SUMMARY = ("decode: multi-byte characters split across tokens, an unfinished character and invalid bytes "
                    "(U+FFFD): the same text as the reference.", "return a str.")
-check_bpe_decode = Check("check_bpe_decode", _probe(DECODE_CASES, _decode_call),
-                     _judge(DECODE_CASES, "decode", _decode_expected, decode_variants, repr, _DECODE_SUMMARY, _decode_error))
-check_bpe_decode_hidden = Check("check_bpe_decode_hidden", _probe(DECODE_HIDDEN_CASES, _decode_call),
-                            _judge(DECODE_HIDDEN_CASES, "decode", _decode_expected, decode_variants, repr, _DECODE_SUMMARY, _decode_error),
-                            hidden=True)
+check_bpe_decode, check_bpe_decode_hidden = make_checks(
+    "check_bpe_decode", _decode_call, DECODE_CASES, DECODE_HIDDEN_CASES, "decode", _decode_expected, decode_variants, repr,
+    _DECODE_SUMMARY, on_error=_decode_error, reading=decode_reading)

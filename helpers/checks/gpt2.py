@@ -8,13 +8,21 @@ grading); the judges load it with the reference and compare every sub-layer's ou
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 
 import torch
 
 from helpers.checks.core import Check, CheckFailed, describe, first_mismatch
-from helpers.checks.diagnose import explain_mismatch
-from helpers.checks.gpt2_format import gpt2_format_checkpoint, gpt2_shaped_config, sublayer_outputs
+from helpers.checks.diagnose import explain_exception, explain_mismatch
+from helpers.checks.gpt2_format import (
+    _cause,
+    _same,
+    gpt2_format_checkpoint,
+    gpt2_shaped_config,
+    sublayer_outputs,
+)
 
 __all__ = ["check_gelu", "check_load_gpt2", "gpt2_format_checkpoint", "gpt2_shaped_config", "sublayer_outputs"]
 
@@ -32,6 +40,9 @@ def _gelu_input(seed, shape, dtype):
     return x.to(dtype)
 
 
+GRID = torch.linspace(-5, 5, 201, dtype=torch.float64)  # where the judge reads the student's curve
+
+
 def _probe_gelu(cases):
     def probe(gelu) -> dict:
         if not callable(gelu):
@@ -42,14 +53,97 @@ def _probe_gelu(cases):
             before = x.clone()
             try:
                 out = gelu(x, approximate=approximate)
+                again = gelu(x.clone(), approximate=approximate)
             except NotImplementedError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the error is evidence
-                out = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-            runs.append({"out": out, "x_changed": not torch.equal(before, x)})
+                runs.append({"out": {"error": explain_exception(exc)[:900]}, "x_changed": not torch.equal(before, x)})
+                continue
+            try:  # the same form on a fine grid in float64: what the judge reads the curve from
+                curve = gelu(GRID.clone(), approximate=approximate)
+            except Exception:  # noqa: BLE001 - only for the diagnosis
+                curve = None
+            runs.append({"out": out, "again": again, "curve": curve, "x_changed": not torch.equal(before, x)})
         return {"runs": runs}
 
     return probe
+
+
+_C, _K = math.sqrt(2 / math.pi), 0.044715
+_NAMED = {1 / math.sqrt(2): "1/sqrt(2)", 1.0: "1", math.sqrt(2): "sqrt(2)", 0.5: "1/2", _C: "sqrt(2/pi)",
+          2 / math.pi: "2/pi (the square root is missing)", math.sqrt(2 * math.pi): "sqrt(2 pi)",
+          math.sqrt(math.pi / 2): "sqrt(pi/2) (the fraction upside down)", 1.702: "1.702"}
+
+
+def _number(v: float) -> str:
+    name = next((n for k, n in _NAMED.items() if abs(v - k) < 1e-4 * k), None)
+    return f"{v:.4g}" + (f" = {name}" if name else "")
+
+
+def gelu_reading(y: torch.Tensor, approximate: str) -> str | None:
+    """What the student's curve y (on GRID) is, from exact fits: which term or constant departs."""
+    x = GRID
+    erf = approximate == "none"
+    form = "erf(x / sqrt(2))" if erf else "tanh(sqrt(2/pi) (x + 0.044715 x^3))"
+    squash = torch.erf(x / math.sqrt(2)) if erf else torch.tanh(_C * (x + _K * x**3))
+
+    def fit(*basis, target=y, keep=None):
+        A, t = torch.stack(basis, 1), target
+        if keep is not None:
+            A, t = A[keep], t[keep]
+        sol = torch.linalg.lstsq(A, t.unsqueeze(1)).solution.squeeze(1)
+        ok = bool(((A @ sol - t).abs() <= 1e-6 * (1 + t.abs())).all()) and len(t) >= 2 * len(basis)
+        return [float(v) for v in sol] if ok else None
+
+    if (ab := fit(x, x * squash)) is not None:
+        known = {(0.5, 0.0): f"the {form} term is missing: you returned 0.5 x",
+                 (0.0, 0.5): f"the 1 + is missing: you returned 0.5 x {form}; GELU is 0.5 x (1 + {form})",
+                 (0.5, -0.5): f"the sign before {form} is flipped: 1 - instead of 1 +"}
+        return known.get(tuple(round(v, 6) + 0.0 for v in ab)) or (f"your output is exactly {ab[0]:.4g} x + {ab[1]:.4g} x {form}; GELU is "
+                                         f"0.5 x + 0.5 x {form}: a constant factor is off")
+    if (ab := fit(torch.ones_like(x), squash)) is not None:
+        return f"your output is exactly {ab[0]:.4g} + {ab[1]:.4g} {form}, without the leading x: GELU is x times 0.5 (1 + {form})"
+    if (abc := fit(x, x * squash, x * squash**2)) is not None:
+        return (f"your output is exactly {abc[0]:.4g} x + {abc[1]:.4g} x E + {abc[2]:.4g} x E^2 with E = {form}: the factor "
+                "(1 + E) appears squared (used twice); GELU is 0.5 x (1 + E)")
+    if (pq := fit(x, x**2, x**4)) is not None:
+        return (f"your output is a polynomial, 0.5 x (1 + u) with u = {2 * pq[1]:.4g} x + {2 * pq[2]:.4g} x^3: the "
+                f"{'erf' if erf else 'tanh'} was not applied to u")
+    s = torch.where(x.abs() > 0.05, 2 * y / x - 1, torch.zeros_like(x))  # = E if the outer form is right
+    keep = (x.abs() > 0.05) & (s.abs() < 0.999)
+    u = torch.special.erfinv(s.clamp(-0.999, 0.999)) if erf else torch.atanh(s.clamp(-0.999, 0.999))
+    inner = fit(torch.ones_like(x), x, x**2, x**3, target=u, keep=keep) if int(keep.sum()) > 40 else None
+    if inner is not None:
+        r, p, p2, q = inner
+        u = r + p * x + p2 * x**2 + q * x**3
+        rebuilt = 0.5 * x * (1 + (torch.erf(u) if erf else torch.tanh(u)))  # every point, the saturated ones too
+        if bool(((rebuilt - y).abs() <= 1e-6 * (1 + y.abs())).all()):
+            want_p, want_k = (1 / math.sqrt(2), 0.0) if erf else (_C, _K)
+            parts = [f"a constant term {r:.4g}"] if abs(r) > 1e-6 else []
+            parts += [f"a square term {p2:.4g} x^2"] if abs(p2) > 1e-6 else []
+            if abs(p - want_p) > 1e-7 * want_p:
+                parts.append(f"the factor of x is {_number(p)}" if abs(p - want_p) > 1e-3 * want_p else
+                             f"the factor of x is {p:.7g}, a rounded {want_p:.7g}: compute the constant (math.sqrt, math.pi)")
+            k = q / p if p else 0.0
+            if abs(k - want_k) > 1e-7:
+                parts.append(f"a cubic term {q:.4g} x^3" if erf else f"the cubic coefficient is {k:.6g} " + (
+                    "(it is missing)" if abs(k) < 1e-9 else "(a rounded 0.044715)" if abs(k - _K) < 1e-3 * _K else "(not 0.044715)"))
+            want = "x / sqrt(2) = 0.7071068 x" if erf else "sqrt(2/pi) (x + 0.044715 x^3) = 0.7978846 x + 0.0356774 x^3"
+            return (f"the outer 0.5 x (1 + {'erf' if erf else 'tanh'}(...)) fits your values exactly, with the inside "
+                    f"= {r:.4g} + {p:.7g} x + {p2:.4g} x^2 + {q:.6g} x^3 where it should be {want}: " + "; ".join(parts or ["a tiny difference"]))
+    ref = 0.5 * x * (1 + squash)
+    off = (y - ref).abs() > 1e-3 * (1 + ref.abs())
+    if bool((y >= 0).all()):
+        return ("yours is never negative, while GELU dips below 0 for negative x (to about -0.17 near x = -0.75): "
+                "nothing may cut off the negative values (no clamp, no relu)")
+    if not bool(off[:5].any() or off[-5:].any() or off[100]):
+        worst = int((y - ref).abs().argmax())
+        return (f"your curve matches GELU at both ends (x = ±5) and at x = 0 and departs in the bend, most at "
+                f"x = {float(x[worst]):.3g} ({float(y[worst]):.5g}, expected {float(ref[worst]):.5g})")
+    marks = [f"at x = {v:g} yours is {float(y[i]):.4g} where GELU is {float(ref[i]):.4g} ({why})" for i, v, why in
+             ((0, -5, "it tends to 0 for very negative x"), (100, 0, "0 at 0"), (200, 5, "it tends to x for large x"))
+             if bool(off[i])]
+    return "your curve departs from GELU's landmarks: " + "; ".join(marks) if marks else None
 
 
 def gelu_variants(x: torch.Tensor, approximate: str) -> dict[str, torch.Tensor]:
@@ -97,7 +191,12 @@ def _judge_gelu(cases):
             for label, output in gelu_variants(x, approximate).items():
                 if torch.allclose(got.double(), output, atol=tol, rtol=tol):
                     raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
-            raise CheckFailed(explain_mismatch(expected, got, what=what, atol=tol, rtol=tol))
+            curve = run.get("curve")
+            usable = isinstance(curve, torch.Tensor) and curve.shape == GRID.shape and bool(torch.isfinite(got).all())
+            read = gelu_reading(curve.double(), approximate) if usable else None
+            if read:
+                raise CheckFailed(f"{what}: {read}. Evidence: {evidence}.")
+            raise CheckFailed(explain_mismatch(expected, got, what=what, atol=tol, rtol=tol, again=run.get("again"), dtype=dtype))
         return "gelu: the erf form and the tanh form match the reference in float64 and float32, tails and zero included; x untouched."
 
     return judge
@@ -152,7 +251,7 @@ def _probe_load(cases):
             except NotImplementedError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the error is evidence
-                runs.append({"error": f"{type(exc).__name__}: {exc}"[:600]})
+                runs.append({"error": f"{type(exc).__name__}: {exc}"[:600], "why": _why(exc)})
                 continue
             runs.append({"params": params, "tied": tied, "outputs": outputs})
         return {"runs": runs}
@@ -160,66 +259,35 @@ def _probe_load(cases):
     return probe
 
 
-def gpt2_source(name: str) -> str:
-    """The checkpoint entry a course parameter comes from."""
-    parts = name.split(".")
-    last = parts[-1]
-    if name.startswith("word_to_embedding") or name.startswith("lm_head"):
-        return "wte.weight"
-    if name.startswith("pos_to_embedding"):
-        return "wpe.weight"
-    if name.startswith("final_norm"):
-        return f"ln_f.{last}"
-    i, part = parts[1], parts[2]
-    if part in ("norm_before_attn", "norm_before_mlp"):
-        return f"h.{i}.{'ln_1' if part == 'norm_before_attn' else 'ln_2'}.{last}"
-    if part == "attention":
-        if parts[3] == "to_output":
-            return f"h.{i}.attn.c_proj.{last}"
-        k = ("query", "key", "value").index(parts[3])
-        return f"{parts[3]}'s third of h.{i}.attn.c_attn.{last} (output features {k}C to {k + 1}C)"
-    return f"h.{i}.mlp.{'c_fc' if parts[4] == '0' else 'c_proj'}.{last}"
+def _why(exc) -> str:
+    """The student's error explained in their process: torch's errors by the diagnosis layer, Python's
+    (a key, an index, a slice bound) with the plain values on the failing line."""
+    from helpers.checks.bpe_text import explain_error
+
+    return (explain_exception(exc) if isinstance(exc, RuntimeError) else explain_error(exc))[:900]
 
 
-def _same(a, b) -> bool:  # noqa: D103
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=1e-6, rtol=1e-5)
-
-
-def _cause(name, got, expected, initial, C, nh) -> str:
-    """The most likely reason why parameter ``name`` holds ``got`` instead of ``expected``."""
-    want, source = expected[name], gpt2_source(name)
-    have = got.get(name)
-    if not isinstance(have, torch.Tensor):
-        return f"the model has no parameter {name} any more (keep the modules; copy into their parameters)"
-    if have.shape != want.shape:
-        return f"{name} has shape {tuple(have.shape)}, it should keep its {tuple(want.shape)}"
-    if _same(have, initial[name]):
-        return f"{name} was not loaded: it still holds its initial random values; it comes from {source}"
-    if have.dim() == 2 and have.shape[0] == have.shape[1] and _same(have, want.T):
-        if ".attention.query" in name or ".attention.key" in name or ".attention.value" in name:
-            return ("the fused query/key/value weight (c_attn) was not transposed: GPT-2's Conv1D stores it "
-                    "(in, out) = (C, 3C); nn.Linear wants (out, in), so transpose before splitting")
-        return f"{source} was not transposed: GPT-2's Conv1D stores (in, out), nn.Linear (out, in)"
-    prefix = name.rsplit(".", 2)[0]
-    if ".attention." in name and name.split(".")[-2] in ("query", "key", "value"):
-        kind = name.split(".")[-1]
-        for other in ("query", "key", "value"):
-            if other != name.split(".")[-2] and _same(have, expected[f"{prefix}.{other}.{kind}"]):
-                return ("query, key and value came out of c_attn in the wrong order: its output features are "
-                        f"query (0:C), then key (C:2C), then value (2C:3C); your {name.split('.')[-2]} holds {other}'s")
-        hs = C // nh
-        fused = torch.cat([expected[f"{prefix}.{p}.{kind}"] for p in ("query", "key", "value")])  # (3C, ...)
-        by_head = fused.reshape(nh, 3, hs, *fused.shape[1:])  # the per-head layout some other models use
-        part = ("query", "key", "value").index(name.split(".")[-2])
-        if _same(have, by_head[:, part].reshape(C, *fused.shape[1:])):
-            return ("you split c_attn head by head (nh, 3, hs); GPT-2 keeps all of query's C features first, "
-                    "then key's, then value's: split the 3C features into three blocks of C")
-    if name.endswith(".weight") and _same(have, expected.get(name[: -len("weight")] + "bias", want * 0)):
-        return f"{name} holds the bias: weight and bias were swapped ({source})"
-    for other, tensor in expected.items():
-        if other != name and tensor.shape == want.shape and _same(have, tensor) and other.split(".")[-1] == name.split(".")[-1]:
-            return f"{name} holds what belongs in {other} (from {gpt2_source(other)}); it comes from {source}"
-    return f"{name} differs from {source}: " + first_mismatch(want, have, 1e-6, 1e-5)
+def _load_error(error: str, why: str, case) -> str:
+    seed, V, P, C, L, nh, B, T, dtype = case
+    if re.search(r"(?<!c_)attn\.(masked_)?bias", error):
+        return (f"{error}: attn.bias and attn.masked_bias are buffers (a causal mask and a constant), not weights; "
+                "skip them.")
+    sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", error)
+    if sizes and {int(sizes[1]), int(sizes[2])} in ({C, 3 * C}, {C, 4 * C}):
+        return (f"{error}: a weight does not fit its module. GPT-2's Conv1D weights are stored (in, out); "
+                "nn.Linear's are (out, in): transpose them.")
+    key = re.fullmatch(r"KeyError: '(.*)'", error)
+    if key:
+        key, names = key[1], list(gpt2_format_checkpoint(V, P, C, L, seed, dtype))
+        near = difflib.get_close_matches(key, names, n=2, cutoff=0.5)
+        hint = ("the layer's prefix is missing: layer i's entries start with 'h.i.'" if f"h.0.{key}" in names else
+                "the ending is missing: each entry ends in .weight or .bias" if f"{key}.weight" in names else
+                "a part of the name is missing between two dots" if ".." in key else "no entry has that name")
+        return (f"{error}: the checkpoint has no entry {key!r}; {hint}" + (f" (the nearest: {', '.join(near)})" if near else "")
+                + ". Its names: wte.weight, wpe.weight, h.i.ln_1.weight, h.i.attn.c_attn.weight, ..., ln_f.bias.")
+    if "slice indices must be integers" in error and "/" in why:
+        return f"{why.rstrip('.')}. In Python / always gives a float (12 / 12 is 1.0): use * or // to compute a slice bound."
+    return why or error
 
 
 def _judge_load(cases):
@@ -233,14 +301,7 @@ def _judge_load(cases):
             seed, V, P, C, L, nh, B, T, dtype = case
             what = f"load_gpt2_state_dict on {_case_text(case)}"
             if "error" in run:
-                error = str(run["error"])  # the student's code raised
-                if "attn.bias" in error or "masked_bias" in error:
-                    raise CheckFailed(f"{what} raised {error}: attn.bias and attn.masked_bias are buffers "
-                                      "(a causal mask and a constant), not weights; skip them.")
-                if "size" in error or "shape" in error:
-                    raise CheckFailed(f"{what} raised {error}: a weight does not fit its module. GPT-2's Conv1D "
-                                      "weights are stored (in, out); nn.Linear's are (out, in): transpose them.")
-                raise CheckFailed(f"{what} raised {error}")
+                raise CheckFailed(f"{what} raised {_load_error(str(run['error']), str(run.get('why') or ''), case)}")
             initial_model = _fresh_model(case)
             initial = {n: p.detach().clone() for n, p in initial_model.named_parameters(remove_duplicate=False)}
             model = _fresh_model(case)

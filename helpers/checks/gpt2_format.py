@@ -1,11 +1,14 @@
 """A small checkpoint in GPT-2's format and every sub-layer's output: what lesson 10's loading
-check (``helpers.checks.gpt2``) probes with, and what the lesson draws its pictures from."""
+check (``helpers.checks.gpt2``) probes with, and what the lesson draws its pictures from; and,
+for that check's judge, which checkpoint entry each course parameter comes from and why one differs."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+
+from helpers.checks.core import first_mismatch
 
 # ---------------------------------------------------------------------------------------------
 # A checkpoint in GPT-2's format, and every sub-layer's output
@@ -73,3 +76,69 @@ def sublayer_outputs(model, ids: torch.Tensor) -> dict[str, torch.Tensor]:
             handle.remove()
     order = ["embeddings"] + [f"layer {i} {GPT2_NAMES[p]}" for i in range(len(model.layers)) for p in SUBLAYERS]
     return {**{name: found[name] for name in order + ["final norm"] if name in found}, "logits": logits}
+
+
+# ---------------------------------------------------------------------------------------------
+# Where each course parameter comes from, and why a loaded one may differ
+
+
+def gpt2_source(name: str) -> str:
+    """The checkpoint entry a course parameter comes from."""
+    parts = name.split(".")
+    last = parts[-1]
+    if name.startswith("word_to_embedding") or name.startswith("lm_head"):
+        return "wte.weight"
+    if name.startswith("pos_to_embedding"):
+        return "wpe.weight"
+    if name.startswith("final_norm"):
+        return f"ln_f.{last}"
+    i, part = parts[1], parts[2]
+    if part in ("norm_before_attn", "norm_before_mlp"):
+        return f"h.{i}.{'ln_1' if part == 'norm_before_attn' else 'ln_2'}.{last}"
+    if part == "attention":
+        if parts[3] == "to_output":
+            return f"h.{i}.attn.c_proj.{last}"
+        k = ("query", "key", "value").index(parts[3])
+        return f"{parts[3]}'s third of h.{i}.attn.c_attn.{last} (output features {k}C to {k + 1}C)"
+    return f"h.{i}.mlp.{'c_fc' if parts[4] == '0' else 'c_proj'}.{last}"
+
+
+def _same(a, b) -> bool:  # noqa: D103
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=1e-6, rtol=1e-5)
+
+
+def _cause(name, got, expected, initial, C, nh) -> str:
+    """The most likely reason why parameter ``name`` holds ``got`` instead of ``expected``."""
+    want, source = expected[name], gpt2_source(name)
+    have = got.get(name)
+    if not isinstance(have, torch.Tensor):
+        return f"the model has no parameter {name} any more (keep the modules; copy into their parameters)"
+    if have.shape != want.shape:
+        return f"{name} has shape {tuple(have.shape)}, it should keep its {tuple(want.shape)}"
+    if _same(have, initial[name]):
+        return f"{name} was not loaded: it still holds its initial random values; it comes from {source}"
+    if have.dim() == 2 and have.shape[0] == have.shape[1] and _same(have, want.T):
+        if ".attention.query" in name or ".attention.key" in name or ".attention.value" in name:
+            return ("the fused query/key/value weight (c_attn) was not transposed: GPT-2's Conv1D stores it "
+                    "(in, out) = (C, 3C); nn.Linear wants (out, in), so transpose before splitting")
+        return f"{source} was not transposed: GPT-2's Conv1D stores (in, out), nn.Linear (out, in)"
+    prefix = name.rsplit(".", 2)[0]
+    if ".attention." in name and name.split(".")[-2] in ("query", "key", "value"):
+        kind = name.split(".")[-1]
+        for other in ("query", "key", "value"):
+            if other != name.split(".")[-2] and _same(have, expected[f"{prefix}.{other}.{kind}"]):
+                return ("query, key and value came out of c_attn in the wrong order: its output features are "
+                        f"query (0:C), then key (C:2C), then value (2C:3C); your {name.split('.')[-2]} holds {other}'s")
+        hs = C // nh
+        fused = torch.cat([expected[f"{prefix}.{p}.{kind}"] for p in ("query", "key", "value")])  # (3C, ...)
+        by_head = fused.reshape(nh, 3, hs, *fused.shape[1:])  # the per-head layout some other models use
+        part = ("query", "key", "value").index(name.split(".")[-2])
+        if _same(have, by_head[:, part].reshape(C, *fused.shape[1:])):
+            return ("you split c_attn head by head (nh, 3, hs); GPT-2 keeps all of query's C features first, "
+                    "then key's, then value's: split the 3C features into three blocks of C")
+    if name.endswith(".weight") and _same(have, expected.get(name[: -len("weight")] + "bias", want * 0)):
+        return f"{name} holds the bias: weight and bias were swapped ({source})"
+    for other, tensor in expected.items():
+        if other != name and tensor.shape == want.shape and _same(have, tensor) and other.split(".")[-1] == name.split(".")[-1]:
+            return f"{name} holds what belongs in {other} (from {gpt2_source(other)}); it comes from {source}"
+    return f"{name} differs from {source}: " + first_mismatch(want, have, 1e-6, 1e-5)
