@@ -38,7 +38,7 @@ class CachedSelfAttention(CausalSelfAttention):
             k = torch.cat([cache[0], k], dim=2)  # (B, nh, T_past + T_new, hs): the past first
             v = torch.cat([cache[1], v], dim=2)  # (B, nh, T_past + T_new, hs)
         T_total = k.shape[2]
-        T_past = T_total - T_new
+        T_past = k.shape[2] - T_new  # the positions already cached
         if mask is None:  # query i is at position T_past + i: keys 0 ... T_past + i
             mask = torch.ones(T_new, T_total, dtype=torch.bool, device=x.device).tril(diagonal=T_past)
         scores = q @ k.transpose(-2, -1) / math.sqrt(hs)  # (B, nh, T_new, T_total)
@@ -112,7 +112,7 @@ def batch_mask_and_positions(real, T_new):
         row (0 for the first); 0 for padding.
     """
     B, T_total = real.shape
-    T_past = T_total - T_new
+    T_past = real.shape[1] - T_new  # the columns already in the cache
     causal = torch.ones(T_new, T_total, dtype=torch.bool, device=real.device).tril(diagonal=T_past)  # (T_new, T_total)
     columns = torch.arange(T_total, device=real.device)  # (T_total,)
     itself = columns == (T_past + torch.arange(T_new, device=real.device)).unsqueeze(1)  # (T_new, T_total)
