@@ -4,7 +4,7 @@ change nothing at their defaults."""
 
 import pytest
 import torch
-from harness import assert_costs_only_its_exercise, edited, grade_submissions, row, solution_answers
+from harness import Catalogue, HiddenOnlyTests
 
 from helpers.reference.gpt2 import GPT2_SMALL, GPT2_SPLIT, bytes_to_unicode
 from helpers.reference.transformer_lm import Config, TransformerLM
@@ -76,6 +76,9 @@ MISTAKES = {
     "load-norms-swapped": (LOAD, [('(block.norm_before_attn, "ln_1", False)', '(block.norm_before_attn, "ln_2", False)'),
                                   ('(block.norm_before_mlp, "ln_2", False)', '(block.norm_before_mlp, "ln_1", False)')],
                            "holds what belongs"),
+    "pairs-empties-ids": (PAIRS, [("    return counts\n", "    ids.clear()  # done with them\n    return counts\n")], "in place"),
+    "merge-writes-back": (MERGE, [("    return out\n", "    ids[:] = out\n    return out\n")], "in place"),
+    "gelu-calls-f-gelu": (GELU, [("    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))", "    return F.gelu(x)")], "called F.gelu"),
 }
 
 ALTERNATIVES = {
@@ -151,29 +154,6 @@ def load_gpt2_state_dict(model, state_dict):
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = {name: edited(A, ex, edits) for name, (ex, edits, _) in MISTAKES.items()}
-    for name, answers in ALTERNATIVES.items():
-        subs[name] = {**solution_answers(A), **{k: v.strip() + "\n" for k, v in answers.items()}}
-    return grade_submissions(A, subs, tmp_path_factory.mktemp("l10"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MISTAKES))
-def test_mistake_loses_exactly_its_exercise(graded, name):
-    exercise, _, words = MISTAKES[name]
-    assert_costs_only_its_exercise(graded, name, exercise, words)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_alternative_correct_answers_get_full_marks(graded, name):
-    for exercise in ALTERNATIVES[name]:
-        r = row(graded, name, exercise)
-        assert (r.score, r.status) == (r.max_score, "passed"), r.message
-
-
 def test_every_exercise_has_at_least_three_mistakes():
     counts = {}
     for exercise, _, _ in MISTAKES.values():
@@ -206,3 +186,21 @@ def test_byte_table_and_pre_split():
     table = bytes_to_unicode()
     assert len(set(table.values())) == 256 and table[32] == "Ġ" and table[10] == "Ċ" and table[33] == "!"
     assert GPT2_SPLIT.findall("I'm here  now\n\n 12a!") == ["I", "'m", " here", " ", " now", "\n\n", " 12", "a", "!"]
+
+
+# mistakes that only the hidden cases can see (the visible ones list their pairs in sorted order anyway)
+HIDDEN_ONLY = {
+    "pairs-sorted": (PAIRS, [("    return counts\n", "    return dict(sorted(counts.items()))\n")], "another order"),
+}
+
+REQUIREMENTS = {
+    PAIRS: {"in the order it first occurs": ["pairs-sorted"], "Do not change `ids`": ["pairs-empties-ids"]},
+    MERGE: {"Do not change `ids`": ["merge-writes-back"]},
+    ENCODE: {"so every text must": ["encode-last-learnt-first", "encode-most-frequent-first"]},
+    DECODE: {"become the replacement character": ["decode-ignore", "decode-strict"]},
+    GELU: {"do not call `F.gelu` or `nn.GELU`": ["gelu-calls-f-gelu"]},
+}
+
+
+class TestCatalogue(HiddenOnlyTests):
+    catalogue = Catalogue(A, MISTAKES, ALTERNATIVES, hidden_only=HIDDEN_ONLY, requirements=REQUIREMENTS)

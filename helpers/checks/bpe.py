@@ -118,7 +118,8 @@ def first_difference(expected, got) -> str:
     return f"{head}position {p} is {got[p]!r} where the reference has {expected[p]!r}"
 
 
-def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_error=lambda error: None, reading=None):
+def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_error=lambda error: None, reading=None,
+           ordered=False):
     def judge(data: dict) -> str:
         runs = data.get("runs")
         if not isinstance(runs, list) or len(runs) != len(cases):
@@ -134,6 +135,11 @@ def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_er
                 raise CheckFailed(f"{what} changed its input list in place: build and return a new list.")
             got, expected = outputs[index], expected_of(case)
             if got == expected and type(got) is type(expected):
+                if ordered and isinstance(got, dict) and list(got) != list(expected):  # == ignores a dict's order
+                    raise CheckFailed(
+                        f"{what}: the right counts in another order. The dict must list each pair in the order "
+                        "of its first occurrence: training breaks ties between equal counts by that order. "
+                        f"Evidence: expected {list(expected)[:6]}, got {list(got)[:6]}.")
                 continue
             shown = f"expected {expected!r}, got {got!r}"[:700]
             for name in every[index]:  # a mistake that explains every output (an error says nothing)
@@ -230,7 +236,7 @@ _PAIR_SUMMARY = ("count_pairs: overlapping runs ([97, 97, 97] holds (97, 97) twi
                  "return a dict {(a, b): count}.")
 check_count_pairs, check_count_pairs_hidden = make_checks(
     "check_count_pairs", _copying_call, PAIR_CASES, PAIR_HIDDEN_CASES, "count_pairs", reference("count_pairs"), pair_variants, repr,
-    _PAIR_SUMMARY, reading=pairs_reading)
+    _PAIR_SUMMARY, reading=pairs_reading, ordered=True)
 
 # ---------------------------------------------------------------------------------------------
 # merge(ids, pair, new_id) -> ids with every (non-overlapping) occurrence replaced, from the left

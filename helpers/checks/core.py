@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -149,6 +150,28 @@ def _explain_error(exc: BaseException, sizes: dict[str, int] | None) -> str:
         return explain_exception(exc, sizes=sizes)
     except Exception:  # noqa: BLE001
         return _plain_error(exc)
+
+
+@contextmanager
+def calls_to(*targets: tuple[Any, str, str]):
+    """While active, each ``(owner, attribute, label)`` still works but writes its label into the
+    list yielded: for exercises that ask for the arithmetic, calling the library is the mistake."""
+    used: list[str] = []
+    originals = [getattr(owner, attr) for owner, attr, _ in targets]
+
+    def spy(function, label):
+        def called(*args, **kwargs):
+            used.append(label)
+            return function(*args, **kwargs)
+        return called
+
+    try:
+        for (owner, attr, label), function in zip(targets, originals, strict=True):
+            setattr(owner, attr, spy(function, label))
+        yield used
+    finally:
+        for (owner, attr, _), function in zip(targets, originals, strict=True):
+            setattr(owner, attr, function)
 
 
 class recording:

@@ -13,8 +13,10 @@ import math
 import re
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from helpers.checks.core import Check, CheckFailed, describe, first_mismatch
+from helpers.checks.core import Check, CheckFailed, calls_to, describe, first_mismatch
 from helpers.checks.diagnose import explain_exception, explain_mismatch
 from helpers.checks.gpt2_format import (
     _cause,
@@ -52,7 +54,8 @@ def _probe_gelu(cases):
             x = _gelu_input(seed, shape, dtype)
             before = x.clone()
             try:
-                out = gelu(x, approximate=approximate)
+                with calls_to((F, "gelu", "F.gelu"), (nn.GELU, "forward", "nn.GELU")) as library:
+                    out = gelu(x, approximate=approximate)
                 again = gelu(x.clone(), approximate=approximate)
             except NotImplementedError:
                 raise
@@ -63,7 +66,8 @@ def _probe_gelu(cases):
                 curve = gelu(GRID.clone(), approximate=approximate)
             except Exception:  # noqa: BLE001 - only for the diagnosis
                 curve = None
-            runs.append({"out": out, "again": again, "curve": curve, "x_changed": not torch.equal(before, x)})
+            runs.append({"out": out, "again": again, "curve": curve, "x_changed": not torch.equal(before, x),
+                         "library": sorted(set(library))})
         return {"runs": runs}
 
     return probe
@@ -178,6 +182,9 @@ def _judge_gelu(cases):
                 raise CheckFailed(f"{what} raised {got['error']}")
             if run.get("x_changed") is not False:
                 raise CheckFailed(f"{what} changed x in place: return a new tensor.")
+            if run.get("library"):
+                raise CheckFailed(f"{what} called {' and '.join(map(str, run['library']))}: the exercise is to write "
+                                  "the formula yourself (the cell after the test compares yours with PyTorch's).")
             x = _gelu_input(seed, shape, dtype).double()
             expected = gelu(x, approximate=approximate)
             if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(shape):

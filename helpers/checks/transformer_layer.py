@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import math
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +19,7 @@ from torch import nn
 from helpers.checks.core import (
     Check,
     CheckFailed,
+    calls_to,
     close,
     describe,
     expect_tensor,
@@ -124,28 +124,10 @@ def _ln_sizes(shape: tuple) -> dict[str, int]:
     return dict(zip(axes, shape, strict=True)) if axes else {"C": shape[-1]}
 
 
-@contextmanager
 def _library_norms_watched():
-    """While active, PyTorch's own layer norms still work but write their names into the list
-    yielded (the exercise asks for the arithmetic: calling them is the mistake to see)."""
-    used: list[str] = []
-    spied = [(F, "layer_norm", "F.layer_norm"), (torch, "layer_norm", "torch.layer_norm"),
-             (nn.LayerNorm, "forward", "nn.LayerNorm")]
-    originals = [getattr(owner, attr) for owner, attr, _ in spied]
-
-    def spy(function, label):
-        def called(*args, **kwargs):
-            used.append(label)
-            return function(*args, **kwargs)
-        return called
-
-    try:
-        for (owner, attr, label), function in zip(spied, originals, strict=True):
-            setattr(owner, attr, spy(function, label))
-        yield used
-    finally:
-        for (owner, attr, _), function in zip(spied, originals, strict=True):
-            setattr(owner, attr, function)
+    """PyTorch's own layer norms, watched: the exercise asks for the arithmetic."""
+    return calls_to((F, "layer_norm", "F.layer_norm"), (torch, "layer_norm", "torch.layer_norm"),
+                    (nn.LayerNorm, "forward", "nn.LayerNorm"))
 
 
 def _run_layer_norm_case(ln_class, seed, shape, eps, dtype) -> dict:
