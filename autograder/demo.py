@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from pathlib import Path
 
-from autograder.course import RELEASE, cell_source, lessons, nbgrader_meta
-
-MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*\n", re.M)
+from autograder.course import RELEASE, cell_source, lessons, nbgrader_meta, without_solution_markers
 
 # student -> (assignment, {answer grade_id: [(old text in the solution, new text), ...]})
 # Each mistake lives in one exercise and must cost exactly that exercise's points.
@@ -63,7 +60,7 @@ SPECIAL = {
 
 
 def _answer(solution_source: str, edits: list[tuple[str, str]]) -> str:
-    text = MARKER.sub("", solution_source)
+    text = without_solution_markers(solution_source)
     for old, new in edits:
         if old not in text:
             raise ValueError(f"the demo mistake expects {old!r} in the solution")

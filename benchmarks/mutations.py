@@ -64,8 +64,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's helpers, auto
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TRANSFORMER_COURSE_QUICK", "1")
 
+from autograder.course import SOLUTION_MARKER as MARKER  # noqa: E402
 from autograder.course import cell_source, lessons, nbgrader_meta  # noqa: E402
-from autograder.demo import MARKER, _answer  # noqa: E402
+from autograder.demo import _answer  # noqa: E402
 
 HIDDEN_MARKER = re.compile(r"^\s*### (BEGIN|END) HIDDEN TESTS\s*$", re.M)
 MAGIC = re.compile(r"^\s*[%!]")
