@@ -3,9 +3,8 @@
 ``generate_cached`` must give the very token ids of lesson 08's ``generate`` (the reference), on a
 small float64 model with seeded weights and a seeded generator, before and after the text
 outgrows ``max_len``. While it runs, the notebook's ``CachedSelfAttention`` and ``forward_cached``
-are replaced by the course's own (``KnownGoodCachedAttention`` records every call: how many new
-positions, and whether the cache carries an autograd graph), so a mistake in Exercise 1 is not
-counted here, and a loop that does not use the cache is seen.
+are replaced by the course's own, which record every call (new positions, autograd graph, mode): a
+mistake in Exercise 1 is not counted here, and a loop that does not use the cache is seen.
 
 ``batch_mask_and_positions`` is compared entry by entry on left-padded batches, then used by the
 course's batch generation: every prompt of the batch must get the tokens it gets alone.
@@ -17,37 +16,30 @@ hs head size. No two sizes are equal.
 from __future__ import annotations
 
 import inspect
+from contextlib import contextmanager
 
 import torch
 
+from helpers.checks import kv_cache
 from helpers.checks.core import Check, CheckFailed, describe
-from helpers.checks.kv_cache import (
-    CONFIG,
-    KnownGoodCachedAttention,
-    causal_with_past,
-    known_good_forward_cached,
-    small_model,
-)
+from helpers.checks.diagnose import case_sizes
+from helpers.checks.kv_cache import KnownGoodCachedAttention as KnownGood
+from helpers.checks.kv_cache import causal_with_past, known_good_forward_cached, small_model
 from helpers.reference import sampling
 
 
-def _swap(fn, replacements):
-    """Replace names in the namespace ``fn`` looks them up in (a decorator's wrapper unwrapped)."""
+@contextmanager
+def _swapped(fn, replacements: dict):
+    """Replace names in the namespace ``fn`` looks them up in (a decorator's wrapper unwrapped), then restore."""
     scope = getattr(inspect.unwrap(fn), "__globals__", None)
-    if isinstance(scope, dict) and scope.get("__name__", "").startswith("torch"):
-        return None, {}
-    saved = {}
-    if isinstance(scope, dict):
-        for name, value in replacements.items():
-            if name in scope:
-                saved[name] = scope[name]
-            scope[name] = value
-    return scope, saved
-
-
-def _restore(scope, saved, names):
-    if isinstance(scope, dict):
-        for name in names:
+    if not isinstance(scope, dict) or scope.get("__name__", "").startswith("torch"):
+        scope = {}
+    saved = {name: scope[name] for name in replacements if name in scope}
+    scope.update(replacements)
+    try:
+        yield
+    finally:
+        for name in replacements:
             scope.pop(name, None)
         scope.update(saved)
 
@@ -55,7 +47,7 @@ def _restore(scope, saved, names):
 # (name, prompt shape, new tokens, temperature, top_k, top_p, seed, train mode before)
 GEN_CASES = [
     ("one prompt of 4 tokens, 12 new (past max_len = 9), temperature 1", (4,), 12, 1.0, None, None, 1, False),
-    ("a (2, 3) batch, 10 new, greedy", (2, 3), 10, 0.0, None, None, 2, False),
+    ("a (2, 3) batch, 10 new, greedy, the model in training mode", (2, 3), 10, 0.0, None, None, 2, True),
 ]
 GEN_HIDDEN_CASES = [
     ("a prompt of 12 tokens (longer than max_len), 5 new, temperature 0.8, top_k 5", (12,), 5, 0.8, 5, None, 3, False),
@@ -64,29 +56,42 @@ GEN_HIDDEN_CASES = [
 
 
 def _prompt(shape, seed):
-    return torch.randint(0, CONFIG["n_vocab"], shape, generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, kv_cache.CONFIG["n_vocab"], shape, generator=torch.Generator().manual_seed(seed))
 
 
 def _probe_generate(cases):
     def probe(generate_cached) -> dict:
         if not callable(generate_cached):
             raise CheckFailed(f"expected the function generate_cached, got {describe(generate_cached)}")
-        scope, saved = _swap(generate_cached, {"CachedSelfAttention": KnownGoodCachedAttention,
-                                               "forward_cached": known_good_forward_cached})
+        steps: list[dict] = []  # every forward_cached call: new tokens, cached ones, the largest position
+
+        def recording_forward_cached(model, ids, caches, positions, mask=None):
+            steps.append({"T_new": int(ids.shape[-1]), "T_past": 0 if not caches else int(caches[0][0].shape[2]),
+                          "top": int(torch.as_tensor(positions).max()) if torch.as_tensor(positions).numel() else -1})
+            return known_good_forward_cached(model, ids, caches, positions, mask)
+
         runs = []
-        try:
+        with _swapped(generate_cached, {"CachedSelfAttention": KnownGood,
+                                        "forward_cached": recording_forward_cached}):
             for _, shape, n, temperature, top_k, top_p, seed, training in cases:
                 model = small_model()
                 model.train(training)
-                KnownGoodCachedAttention.calls = []
+                KnownGood.calls, steps[:] = [], []
+                cfg = kv_cache.CONFIG
+                sizes = {"V": cfg["n_vocab"], "C": cfg["emb_dim"], "H": cfg["n_hidden"], "hs": cfg["head_dim"],
+                         "nh": cfg["n_heads"], "T0": shape[-1], **({"B": shape[0]} if len(shape) == 2 else {})}
+                options = dict(temperature=temperature, top_k=top_k, top_p=top_p)
                 try:
-                    out = generate_cached(model, _prompt(shape, seed), n, temperature=temperature, top_k=top_k,
-                                          top_p=top_p, generator=torch.Generator().manual_seed(seed))
-                    runs.append({"out": out, "calls": list(KnownGoodCachedAttention.calls), "training": model.training})
+                    with case_sizes(sizes):
+                        out = generate_cached(model, _prompt(shape, seed), n, **options, generator=torch.Generator().manual_seed(seed))
+                        run = {"out": out, "calls": list(KnownGood.calls), "training": model.training}
+                        model.train(training)  # the same seed again: the same ids?
+                        run["again"] = generate_cached(model, _prompt(shape, seed), n, **options,
+                                                       generator=torch.Generator().manual_seed(seed))
+                    runs.append(run)
                 except Exception as exc:  # noqa: BLE001 - the judge explains the error
-                    runs.append({"error": f"{type(exc).__name__}: {exc}"[:1500]})
-        finally:
-            _restore(scope, saved, ["CachedSelfAttention", "forward_cached"])
+                    runs.append({"error": kv_cache.student_error(exc, sizes), "plain": f"{type(exc).__name__}: {exc}"[:300],
+                                 "steps": list(steps)})
         return {"runs": runs}
 
     return probe
@@ -138,15 +143,37 @@ def _judge_generate(cases):
         for (name, shape, n, temperature, top_k, top_p, seed, training), run in zip(cases, runs, strict=True):
             what = f"generate_cached on {name}"
             if "error" in run:
-                hint = (" Crop the prompt to its last max_len tokens first, as lesson 08's generate does."
-                        if "index out of range" in str(run["error"]) or "max_len" in str(run["error"]) else "")
-                raise CheckFailed(f"{what} raised {run['error']}.{hint}")
+                plain, last = str(run.get("plain")), (run.get("steps") or [{}])[-1]
+                hint = ""
+                T_new, T_past, top = last.get("T_new", 0), last.get("T_past", 0), last.get("top", -1)
+                if "index out of range" in plain and top >= max_len:
+                    hint = (f" The failing forward_cached call had {T_new} new tokens after {T_past} cached ones, "
+                            f"positions up to {top}: the position table has max_len = {max_len} rows (0 ... {max_len - 1}).")
+                    if T_new > max_len:
+                        hint += " Crop the prompt to its last max_len tokens first, as lesson 08's generate does."
+                    elif T_new == 1 and top != T_past:
+                        hint += f" The token that follows {T_past} cached ones is at position T_past = {T_past}."
+                    else:
+                        hint += (" Once T_past reaches max_len, run the last max_len tokens from scratch at positions "
+                                 "0 ... max_len - 1, with no cache.")
+                if not hint and len(shape) == 1 and ("too many indices for tensor of dimension 1" in plain
+                                                     or "range of [-1, 0]" in plain):
+                    hint = (" The prompt here is 1-D, (T0,): make it a batch of one, ids.unsqueeze(0), before the "
+                            "loop (and return ids.squeeze(0) at the end), as lesson 08's generate does.")
+                if not hint and "inconsistent with step sign" in plain:
+                    hint = " A step's new token is at position T_past alone: torch.arange(T_past, T_past + 1)."
+                raise CheckFailed(f"{what} raised {str(run['error']).rstrip('.')}.{hint}")
             prompt = _prompt(shape, seed)
             options = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
             expected = sampling.generate(model, prompt, n, **options, generator=torch.Generator().manual_seed(seed))
             out = run["out"]
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(expected.shape):
                 raise CheckFailed(f"{what} should return ids of shape {tuple(expected.shape)}, got {describe(out)}.")
+            again = run.get("again")
+            if not torch.equal(out.long(), expected) and isinstance(again, torch.Tensor) and not torch.equal(again, out):
+                raise CheckFailed(f"{what}: two runs with the same seed gave different ids ({out.tolist()} then "
+                                  f"{again.tolist()}): draw every sample with the generator given, "
+                                  "sample_next(..., generator=generator).")
             if not torch.equal(out.long(), expected):
                 got, want = out.reshape(-1, out.shape[-1]), expected.reshape(-1, expected.shape[-1])
                 bad = (got != want).any(dim=0).nonzero()
@@ -172,6 +199,10 @@ def _judge_generate(cases):
             if not calls:
                 raise CheckFailed(f"{what}: the ids are right but the model never ran through forward_cached with "
                                   "this lesson's CachedSelfAttention: use the cache.")
+            if any(c.get("training") for c in calls if isinstance(c, dict)):
+                raise CheckFailed(f"{what}: the ids are right here, but the model ran in training mode while it "
+                                  "generated (dropout would be on): call model.eval() first, and put the mode it was "
+                                  "in back at the end, as lesson 08's generate does.")
             if any(c.get("grad") for c in calls if isinstance(c, dict)):
                 raise CheckFailed(f"{what}: the cache was grown under autograd (its keys require grad and carry a "
                                   "grad_fn, so every step keeps the whole graph alive): run generation under "
@@ -245,16 +276,18 @@ def _probe_mask(cases):
             raise CheckFailed(f"expected the function batch_mask_and_positions, got {describe(batch_mask_and_positions)}")
         runs = []
         for _, lengths, T_total, T_new in cases:
+            sizes = {"B": len(lengths), "T_total": T_total, "T_new": T_new, "T_past": T_total - T_new}
             try:
-                mask, positions = batch_mask_and_positions(_real(lengths, T_total), T_new)
+                with case_sizes(sizes):
+                    mask, positions = batch_mask_and_positions(_real(lengths, T_total), T_new)
                 runs.append({"mask": mask, "positions": positions})
             except Exception as exc:  # noqa: BLE001
-                runs.append({"error": f"{type(exc).__name__}: {exc}"[:1500]})
+                runs.append({"error": kv_cache.student_error(exc, sizes)})
         prompts = [torch.tensor(p) for p in BATCH_PROMPTS]
         try:
             batch = generate_batch_with(batch_mask_and_positions, small_model(max_len=13), prompts, 5)
         except Exception as exc:  # noqa: BLE001
-            batch = f"{type(exc).__name__}: {exc}"[:1500]
+            batch = kv_cache.student_error(exc, {"B": len(prompts)})
         return {"runs": runs, "batch": batch}
 
     return probe
@@ -268,7 +301,7 @@ def _judge_mask(cases):
         for (name, lengths, T_total, T_new), run in zip(cases, runs, strict=True):
             what = f"batch_mask_and_positions on {name}"
             if "error" in run:
-                raise CheckFailed(f"{what} raised {run['error']}.")
+                raise CheckFailed(f"{what} raised {str(run['error']).rstrip('.')}.")
             real = _real(lengths, T_total)
             B, T_past = len(lengths), T_total - T_new
             want_mask, want_pos = expected_mask_and_positions(real, T_new)
@@ -337,11 +370,5 @@ check_batch_mask = Check("check_batch_mask", _probe_mask(MASK_CASES), _judge_mas
 check_batch_mask_hidden = Check("check_batch_mask_hidden", _probe_mask(MASK_HIDDEN_CASES),
                                 _judge_mask(MASK_HIDDEN_CASES), hidden=True)
 
-__all__ = [
-    "check_batch_mask",
-    "check_batch_mask_hidden",
-    "check_generate_cached",
-    "check_generate_cached_hidden",
-    "expected_mask_and_positions",
-    "generate_batch_with",
-]
+__all__ = ["check_batch_mask", "check_batch_mask_hidden", "check_generate_cached", "check_generate_cached_hidden",
+           "expected_mask_and_positions", "generate_batch_with"]
