@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import torch
 
 from helpers.checks import kv_cache
-from helpers.checks.core import Check, CheckFailed, describe
+from helpers.checks.core import CheckFailed, describe, visible_and_hidden
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.kv_cache import KnownGoodCachedAttention as KnownGood
 from helpers.checks.kv_cache import causal_with_past, known_good_forward_cached, small_model
@@ -222,9 +222,8 @@ def _judge_generate(cases):
     return judge
 
 
-check_generate_cached = Check("check_generate_cached", _probe_generate(GEN_CASES), _judge_generate(GEN_CASES))
-check_generate_cached_hidden = Check("check_generate_cached_hidden", _probe_generate(GEN_HIDDEN_CASES),
-                                     _judge_generate(GEN_HIDDEN_CASES), hidden=True)
+check_generate_cached, check_generate_cached_hidden = visible_and_hidden(
+    "check_generate_cached", _probe_generate, _judge_generate, GEN_CASES, GEN_HIDDEN_CASES)
 
 # ---------------------------------------------------------------------------------------------
 # batch_mask_and_positions(real, T_new) -> (mask (B, 1, T_new, T_total), positions (B, T_new))
@@ -366,9 +365,8 @@ def _judge_mask(cases):
     return judge
 
 
-check_batch_mask = Check("check_batch_mask", _probe_mask(MASK_CASES), _judge_mask(MASK_CASES))
-check_batch_mask_hidden = Check("check_batch_mask_hidden", _probe_mask(MASK_HIDDEN_CASES),
-                                _judge_mask(MASK_HIDDEN_CASES), hidden=True)
+check_batch_mask, check_batch_mask_hidden = visible_and_hidden(
+    "check_batch_mask", _probe_mask, _judge_mask, MASK_CASES, MASK_HIDDEN_CASES)
 
 __all__ = ["check_batch_mask", "check_batch_mask_hidden", "check_generate_cached", "check_generate_cached_hidden",
            "expected_mask_and_positions", "generate_batch_with"]

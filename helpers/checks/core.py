@@ -152,6 +152,13 @@ def _explain_error(exc: BaseException, sizes: dict[str, int] | None) -> str:
         return _plain_error(exc)
 
 
+def visible_and_hidden(name: str, probe, judge, cases, hidden_cases) -> tuple["Check", "Check"]:
+    """The visible check ``name`` on ``cases`` and ``name``_hidden on ``hidden_cases``: the same
+    probe and judge factories, other inputs."""
+    return (Check(name, probe(cases), judge(cases)),
+            Check(f"{name}_hidden", probe(hidden_cases), judge(hidden_cases), hidden=True))
+
+
 @contextmanager
 def calls_to(*targets: tuple[Any, str, str]):
     """While active, each ``(owner, attribute, label)`` still works but writes its label into the

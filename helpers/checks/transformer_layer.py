@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.checks.core import (
-    Check,
     CheckFailed,
     calls_to,
     close,
@@ -25,6 +24,7 @@ from helpers.checks.core import (
     expect_tensor,
     first_mismatch,
     identify,
+    visible_and_hidden,
 )
 from helpers.checks.diagnose import (
     _gloss,
@@ -388,12 +388,6 @@ def _judge_layer_norm(cases):
         )
 
     return judge
-
-
-def visible_and_hidden(name: str, probe, judge, cases, hidden_cases) -> tuple[Check, Check]:
-    """The visible check ``name`` on ``cases`` and ``name``_hidden on ``hidden_cases``."""
-    return (Check(name, probe(cases), judge(cases)),
-            Check(f"{name}_hidden", probe(hidden_cases), judge(hidden_cases), hidden=True))
 
 
 check_layer_norm, check_layer_norm_hidden = visible_and_hidden(
