@@ -199,7 +199,8 @@ def main(payload, workdir: str, limits) -> None:
         records = None
         if kind == "test":
             namespace.update(registry)  # the course's checks, whatever the notebook bound to the names
-        signal.setitimer(signal.ITIMER_REAL, limits.cell_s)
+        step_limit = limits.cell_limit(step_id)
+        signal.setitimer(signal.ITIMER_REAL, step_limit)
         started = time.monotonic()
         try:
             if kind == "test":
@@ -211,6 +212,7 @@ def main(payload, workdir: str, limits) -> None:
             line["status"] = "ok"
         except CellTimeout:
             line["status"] = "timeout"
+            line["limit_s"] = step_limit
         except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
             signal.setitimer(signal.ITIMER_REAL, 0)
             line["status"] = "error"

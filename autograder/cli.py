@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
     p.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     p.add_argument("--cell-timeout", type=float, default=None,
-                   help="seconds one cell may run (default: 10x the slowest cell of the lessons' own solutions, at least 10)")
+                   help="seconds one cell may run (default: 10x that cell's own time in the lesson's solution, or for other cells 10x its slowest cell; at least 5)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds one notebook may run (default: 10x the slowest solution notebook, at least 60)")
     p.add_argument("--memory-mb", type=int, default=3072, help="memory one notebook may add, MiB (default 3072)")
@@ -205,7 +205,8 @@ def _grading_limits(args, out: Path, shard):
     from autograder.limits import course_limits
     from autograder.runner import LessonLimits
 
-    measured = course_limits(find_course_root(), args.assignment, base, args.sandbox, out / ".cache")
+    measured = course_limits(find_course_root(), args.assignment, base, args.sandbox, out / ".cache",
+                             jobs=getattr(args, "jobs", 1))
     limits = LessonLimits(
         _override(measured.default, args),
         tuple((assignment, _override(own, args)) for assignment, own in measured.lessons),
@@ -221,8 +222,8 @@ def _override(limits, args):
 
     if args.timeout is not None:
         limits = dataclasses.replace(limits, wall_s=args.timeout)
-    if args.cell_timeout is not None:
-        limits = dataclasses.replace(limits, cell_s=args.cell_timeout)
+    if args.cell_timeout is not None:  # one limit for every cell, the course's own included
+        limits = dataclasses.replace(limits, cell_s=args.cell_timeout, steps=())
     return limits
 
 

@@ -76,7 +76,7 @@ def _running_step(path: str) -> tuple[int | None, bool]:
         return None, False
 
 
-def _watch(pid: int, limits: Limits, progress: str):
+def _watch(pid: int, limits: Limits, progress: str, step_ids: list[str]):
     """Wait for the child; returns (wait status or None, index of a stuck step or None, whether
     that step swallowed its alarm)."""
     deadline = time.monotonic() + limits.wall_s
@@ -97,7 +97,8 @@ def _watch(pid: int, limits: Limits, progress: str):
             fired_at = now
         if fired_at is not None and now - fired_at > SWALLOWED_S:
             return None, step, True
-        if now - since > limits.cell_s + STUCK_GRACE_S:
+        own = limits.cell_limit(step_ids[step]) if 0 <= step < len(step_ids) else limits.cell_s
+        if now - since > own + STUCK_GRACE_S:
             return None, step, fired_at is not None
 
 
@@ -151,7 +152,8 @@ def serve() -> None:
                 child.main(request["payload"], request["workdir"], limits)
             finally:
                 os._exit(70)
-        status, stuck, swallowed = _watch(pid, limits, os.path.join(request["workdir"], protocol.PROGRESS))
+        step_ids = [str(step[1]) for step in request["payload"]]
+        status, stuck, swallowed = _watch(pid, limits, os.path.join(request["workdir"], protocol.PROGRESS), step_ids)
         timed_out = status is None
         if timed_out:
             try:

@@ -33,18 +33,26 @@ from autograder.sandbox import Isolation
 from helpers.checks.core import REGISTRY, CheckFailed, decode
 
 STUCK_MESSAGE = (
-    "{what} ran past the time limit and went on after being told to stop, so it was killed and the "
+    "{what} ran past its time limit{limit} and went on after being told to stop, so it was killed and the "
     "notebook was graded again without it (an infinite loop inside `except:` or `except BaseException:`?)"
 )
 UNINTERRUPTIBLE_MESSAGE = (
-    "{what} ran past the time limit inside one long operation that could not be interrupted (a "
+    "{what} ran past its time limit{limit} inside one long operation that could not be interrupted (a "
     "huge tensor or matrix product?), so it was killed and the notebook was graded again without it"
 )
 
 
+def _limit(line: dict) -> str:
+    """`` of N s`` for a step line that says its limit (decoded defensively: the child wrote it)."""
+    value = line.get("limit_s")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e6:
+        return f" of {value:g} s"
+    return ""
+
+
 def _stuck_message(line: dict, what: str) -> str:
     template = STUCK_MESSAGE if line.get("swallowed", True) else UNINTERRUPTIBLE_MESSAGE
-    return template.format(what=what)
+    return template.format(what=what, limit=_limit(line))
 STATUSES = ("passed", "failed", "error", "timeout", "crashed", "missing", "invalid", "tampered")
 # when tests of one exercise disagree, the exercise shows the most serious status
 SEVERITY = {s: i for i, s in enumerate(STATUSES)}
@@ -202,7 +210,7 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
     if answer_line and answer_line.get("status") == "timeout":
         if answer_line.get("stuck"):
             return result("timeout", _stuck_message(answer_line, "your answer cell"))
-        return result("timeout", "your answer cell ran past the time limit (an infinite loop?)")
+        return result("timeout", f"your answer cell ran past its time limit{_limit(answer_line)} (an infinite loop?)")
     if line is None:
         if job.timed_out:
             return result("timeout", "the notebook ran past its time limit before this test")
@@ -214,7 +222,7 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
     if line.get("status") == "timeout":
         if line.get("stuck"):
             return result("timeout", _stuck_message(line, "the test (running your code)"))
-        return result("timeout", "the test ran past the time limit (an infinite loop in your code?)")
+        return result("timeout", f"the test ran past its time limit{_limit(line)} (an infinite loop in your code?)")
     if line.get("tampered"):
         return result("tampered", "the notebook replaced what the tests rely on: " + ", ".join(map(str, line["tampered"]))[:500])
     records = line.get("records")

@@ -44,6 +44,16 @@ class Limits:
     cell_s: float = 30.0  # one cell: an alarm raises CellTimeout inside it
     memory_mb: int = 2048  # address space the child may add to what the imports already use
     output_mb: int = 16  # largest file the child may write (its printed output included)
+    #: ``((grade_id, seconds), ...)``: the course's own cells (answers and tests) with a limit of
+    #: their own, measured from the solution (``autograder.limits``); other cells get ``cell_s``
+    steps: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self):  # JSON gives lists: keep the limits hashable and comparable
+        object.__setattr__(self, "steps", tuple((str(k), float(v)) for k, v in self.steps))
+
+    def cell_limit(self, step_id: str) -> float:
+        """Seconds step ``step_id`` may run before its alarm."""
+        return dict(self.steps).get(step_id, self.cell_s)
 
 
 @dataclass(frozen=True)

@@ -248,7 +248,8 @@ def run_steps(
     kinds = {s.id: s.kind for s in steps}
     # what the parent itself saw: the step ran past its alarm and was killed
     result.lines = [
-        {"step": sid, "kind": kinds.get(sid, "code"), "status": "timeout", "stuck": True, "swallowed": sid in swallowed}
+        {"step": sid, "kind": kinds.get(sid, "code"), "status": "timeout", "stuck": True, "swallowed": sid in swallowed,
+         "limit_s": limits.cell_limit(sid)}
         for sid in stuck
     ] + result.lines
     return result

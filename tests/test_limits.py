@@ -25,6 +25,13 @@ def test_the_solution_sets_the_limits():
     assert limits.cell_s >= max(MIN_CELL_S, FACTOR * calibration.slowest_step_s)
     assert limits.wall_s >= max(MIN_WALL_S, FACTOR * calibration.solution_s)
     assert limits.memory_mb == 1234  # not measured: kept from the base limits
+    # each answer and each test has its own limit, from its own time; other cells get the lesson's
+    lesson = load_lesson(SOLUTION, A)
+    graded = set(lesson.exercises) | {t.grade_id for t in lesson.tests()}
+    assert {step for step, _ in limits.steps} == graded
+    for step, seconds in limits.steps:
+        assert MIN_CELL_S <= seconds <= limits.cell_s
+        assert seconds >= FACTOR * calibration.steps_s[step]
 
 
 @pytest.mark.slow
@@ -51,6 +58,7 @@ def test_a_run_measures_each_lesson_once_and_keeps_the_limits(tmp_path):
     record = json.loads(saved.read_text())
     assert [c["assignment"] for c in record["calibrations"]] == chosen
     assert first.get(A).cell_s == record["limits"][A]["cell_s"] >= MIN_CELL_S
+    assert dict(first.get(A).steps) == record["limits"][A]["steps"] and first.get(A).steps
     assert first.default.cell_s == max(lim.cell_s for _, lim in first.lessons)
     record["limits"][A]["cell_s"] = 999.0  # the kept file is what a second run uses: no new measurement
     saved.write_text(json.dumps(record))

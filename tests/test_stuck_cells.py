@@ -112,3 +112,21 @@ def test_a_stuck_extra_cell_costs_nothing_when_nothing_needs_it(tmp_path):
     exercises, elapsed = graded(tmp_path, notebook)
     assert {name: e.status for name, e in exercises.items()} == {"causal-mask": "passed", "attention-head": "passed"}
     assert elapsed < 90, f"{elapsed:.0f} s"
+
+
+def test_a_course_cell_has_its_own_limit_and_the_message_says_it():
+    # the graded cell "quick" may run 1 s, every other cell 30 s: its loop is killed about 1 s in,
+    # and the message gives that limit; an ungraded cell keeps the lesson's limit
+    limits = Limits(wall_s=300, cell_s=30, steps=(("quick", 1.0),))
+    job = run_steps([Step("code", "quick", SWALLOW), Step("code", "b", "import time\ntime.sleep(1.5)")], limits)
+    line = job.step("quick")
+    assert line["stuck"] and line["limit_s"] == 1.0, job.lines
+    assert job.step("b")["status"] == "ok", "1.5 s is within the lesson's 30 s for an ungraded cell"
+    assert job.wall_s < 10, f"{job.wall_s:.1f} s: the graded cell's own 1 s limit was not used"
+    assert "its time limit of 1 s" in judge_test(TEST, job, line).message
+
+
+def test_limits_from_json_keep_their_steps_and_stay_hashable():
+    limits = Limits(**json.loads(json.dumps({"wall_s": 9, "cell_s": 3, "steps": [["a", 1.5]]})))
+    assert limits.cell_limit("a") == 1.5 and limits.cell_limit("other") == 3
+    assert hash(limits) == hash(Limits(wall_s=9, cell_s=3, steps=(("a", 1.5),)))

@@ -221,8 +221,9 @@ def test_right_data_passes_and_wrong_data_fails_with_the_judges_words(visible):
         (job(done=False, timed_out=True, exitcode=None), None, "timeout", "time limit before this test"),
         (job(done=False, exitcode=-11), None, "crashed", "SIGSEGV"),
         (job(), None, "tampered", "removed by the notebook"),
-        (job(result_line([], status="timeout")), None, "timeout", "ran past the time limit"),
-        (job(result_line([], status="timeout", stuck=True)), None, "timeout", STUCK_MESSAGE.format(what="the test (running your code)")),
+        (job(result_line([], status="timeout")), None, "timeout", "ran past its time limit"),
+        (job(result_line([], status="timeout", stuck=True, limit_s=2.5)), None, "timeout", "its time limit of 2.5 s and went on"),
+        (job(result_line([], status="timeout", stuck=True)), None, "timeout", STUCK_MESSAGE.format(what="the test (running your code)", limit="")),
         (job(result_line([record([2.0, 4.0])])), {"step": "double", "status": "timeout", "stuck": True}, "timeout", "except BaseException"),
     ],
 )
