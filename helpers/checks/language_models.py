@@ -15,7 +15,8 @@ from torch import nn
 
 from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify
 from helpers.checks.diagnose import diagnose, explain_mismatch, first_divergence, trace
-from helpers.checks.tokens import attempt, checks, fail_if_raised, runs
+from helpers.checks.errors import attempt, fail_if_raised, runs
+from helpers.checks.tokens import checks
 from helpers.params import num_parameters
 from helpers.reference import language_models as ref
 

@@ -21,7 +21,7 @@ import torch
 
 from helpers.checks.core import Check, CheckFailed, close, describe, first_mismatch
 from helpers.checks.diagnose import case_sizes, explain_mismatch
-from helpers.checks.training_batches import caught, raise_caught
+from helpers.checks.errors import caught, raise_caught
 from helpers.reference import sampling as ref
 
 INF = float("inf")

@@ -4,7 +4,6 @@ parameter count by formula.
 Shape legend: B batch, T sequence length, C embedding size (emb_dim), V vocabulary size (n_vocab).
 Batched inputs use a B different from T, so that slicing the wrong dimension shows.
 
-``attempt`` and ``runs`` are shared with lesson 02's checks (``helpers.checks.language_models``).
 """
 
 from __future__ import annotations
@@ -15,40 +14,12 @@ import torch
 from torch import nn
 
 from helpers.checks.core import Check, CheckFailed, describe, first_mismatch
-from helpers.checks.diagnose import case_sizes, diagnose, explain_exception
+from helpers.checks.diagnose import diagnose
+from helpers.checks.errors import attempt, fail_if_raised, runs
 from helpers.params import num_parameters
 from helpers.reference import tokens as ref
 
 VOCAB = 256
-
-
-def attempt(fn, *args, sizes: dict[str, int] | None = None) -> dict:
-    """Call the student's ``fn`` on one case of ``sizes``; an exception becomes data: its type,
-    message and explanation (where it was raised, the tensors on that line). ``NotImplementedError``
-    passes through: the exercise is not answered yet."""
-    try:
-        with case_sizes(sizes or {}):
-            return {"out": fn(*args)}
-    except NotImplementedError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any error of the student's code is data here
-        explained = explain_exception(exc, sizes)
-        return {"raised": type(exc).__name__, "message": str(exc)[:500], "value_error": isinstance(exc, ValueError),
-                "explained": explained.rpartition("\n(The error itself:")[0][:1500]}
-
-
-def fail_if_raised(what: str, run: dict, hint: str = "") -> None:
-    """The student's code raised: say where and what it means (``hint``: the likely cause)."""
-    if "raised" in run:
-        kind, message, explained = run["raised"], run.get("message", ""), run.get("explained") or ""
-        raise CheckFailed("\n".join(x for x in (f"{what} raised {kind}: {message}{hint}", explained) if x))
-
-
-def runs(data: dict, n: int, key: str = "runs") -> list:
-    found = data.get(key)
-    if not isinstance(found, list) or len(found) != n or not all(isinstance(r, dict) for r in found):
-        raise CheckFailed("the check's data is incomplete")
-    return found
 
 
 def checks(name: str, probe, judge, visible, hidden) -> tuple[Check, Check]:

@@ -14,42 +14,13 @@ Shape legend: B batch size, T block size (time), N length of the text. No two ar
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
 from helpers.checks.core import Check, CheckFailed, describe, first_mismatch
-from helpers.checks.diagnose import case_sizes, explain_exception
-
-# ---------------------------------------------------------------------------------------------
-# The student's errors, for every check of lessons 07 and 08
-
-
-def caught(exc: BaseException, sizes: dict[str, int] | None = None) -> dict:
-    """Probe side: an error of the student's code as data: its text, and ``explain_exception``'s
-    account of it (their line, the tensors on it in the legend, what the message means). An
-    unfinished answer (a NotImplementedError not raised by PyTorch) and a check's verdict go on."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    in_torch = tb is not None and tb.tb_frame.f_code.co_filename.startswith(os.path.dirname(torch.__file__))
-    if isinstance(exc, CheckFailed) or (isinstance(exc, NotImplementedError) and not in_torch):
-        raise exc
-    explained = explain_exception(exc, sizes=sizes)  # ends with "TypeName: message", in brackets when explained
-    head, _, plain = explained.rpartition("(The error itself: ")
-    return {"error": (plain[:-1] if head else explained)[:1500], "explained": explained[:2500]}
-
-
-def raise_caught(what: str, run, hints=()) -> None:
-    """Judge side: fail when ``run`` holds an error (``caught``): where it was raised and what it
-    means, then the hint of the first ``(needles, hint)`` with a needle in the error's text."""
-    if not isinstance(run, dict) or "error" not in run:
-        return
-    error, explained = str(run["error"]), str(run.get("explained") or run["error"])
-    hint = next((h for needle, h in hints if any(n in error for n in ([needle] if isinstance(needle, str) else needle))), None)
-    raise CheckFailed("\n".join([f"{what} raised {error.split(':', 1)[0]}.", explained, *([hint] if hint else [])]))
-
+from helpers.checks.diagnose import case_sizes
+from helpers.checks.errors import caught, raise_caught
 
 # ---------------------------------------------------------------------------------------------
 # get_batch

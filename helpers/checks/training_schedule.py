@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from helpers.checks.core import Check, CheckFailed, describe
-from helpers.checks.training_batches import caught, raise_caught
+from helpers.checks.errors import caught, raise_caught
 
 TOL = 1e-12
 AFTER = 3  # steps asked for after the last update

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from helpers.checks.core import Check, CheckFailed, close, describe
 from helpers.checks.diagnose import case_sizes, explain_mismatch
-from helpers.checks.training_batches import caught, raise_caught
+from helpers.checks.errors import caught, raise_caught
 
 TOL = 1e-9  # float64 all the way: a correct step matches the reference to rounding
 

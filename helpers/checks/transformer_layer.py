@@ -32,6 +32,7 @@ from helpers.checks.diagnose import (
     diagnose,
     difference_from,
     first_divergence,
+    precision_lost,
     trace,
 )
 
@@ -43,27 +44,6 @@ def _ref():
     from helpers.reference import transformer_layer
 
     return transformer_layer
-
-
-def precision_lost(expected, got, what: str, dtype: torch.dtype, tol: float, in_float32) -> str | None:
-    """For a float64 case: the message when ``got`` is no further from the reference than the
-    reference's own float32 computation, ``in_float32()`` (a float64 result computed partly in
-    float32), else None."""
-    if dtype != torch.float64 or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-        return None
-    if close(expected, got, tol, tol) or not torch.isfinite(got).all():
-        return None
-    with torch.no_grad():
-        noise = float((in_float32().double() - expected).abs().max())
-    if float((got.double() - expected).abs().max()) > 10 * noise:
-        return None
-    return (
-        f"{what}: the output is as close to the reference as a float32 computation of it (largest "
-        f"difference within 10 times float32's {noise:.2g} here), but no closer: part of the computation ran "
-        "in float32 (a .float() call, "
-        "or a tensor created without dtype=, which is float32) before the result came back to "
-        f"float64. Keep the input's dtype throughout. Evidence: {first_mismatch(expected, got, tol, tol)}."
-    )
 
 
 # ---------------------------------------------------------------------------------------------

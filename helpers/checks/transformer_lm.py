@@ -20,8 +20,14 @@ import torch
 from torch import nn
 
 from helpers.checks.core import CheckFailed, close, describe, first_mismatch, visible_and_hidden
-from helpers.checks.diagnose import case_sizes, diagnose, explain_exception, first_divergence, trace
-from helpers.checks.transformer_layer import precision_lost
+from helpers.checks.diagnose import (
+    case_sizes,
+    diagnose,
+    explain_exception,
+    first_divergence,
+    precision_lost,
+    trace,
+)
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.
