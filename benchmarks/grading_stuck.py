@@ -8,7 +8,8 @@ for the other half. It then runs ``transformer-course grade --jobs 2`` with no l
 the limits are measured from the course's own solutions) as a whole process, and prints the wall
 time and how the stuck students' exercises came out.
 
-    python benchmarks/grading_stuck.py                 # 20 students x 8 lessons
+    python benchmarks/grading_stuck.py                 # 20 students x every lesson
+    python benchmarks/grading_stuck.py --lessons 8     # 20 students x the first 8 lessons
     python benchmarks/grading_stuck.py --students 8    # smaller
 
 The last line is one JSON object: ``wall_s``, ``notebooks``, ``statuses`` (counts) and whether
@@ -33,14 +34,14 @@ from autograder.demo import _answer, _with_answers
 LOOP = "\nimport time\nwhile True:  # retry until it works\n    try:\n        time.sleep(0.01)\n    except:  # noqa: E722\n        pass\n"
 
 
-def build_class(root: Path, folder: Path, students: int, every: int) -> dict[str, str]:
+def build_class(root: Path, folder: Path, students: int, every: int, first: int | None = None) -> dict[str, str]:
     """Write the class; returns {student: "extra" | "answer" | "none"}, where their loops are."""
     kinds = {}
     for n in range(students):
         kind = "none" if n % every else ("extra" if (n // every) % 2 == 0 else "answer")
         student = f"s{n:02d}-{kind}"
         kinds[student] = kind
-        for lesson in lessons(root):
+        for lesson in lessons(root)[:first]:
             release = json.loads((root / RELEASE / lesson.assignment / lesson.filename).read_text(encoding="utf-8"))
             answers = {nbgrader_meta(c)["grade_id"]: _answer(cell_source(c), [])
                        for c in lesson.notebook["cells"] if nbgrader_meta(c).get("solution")}
@@ -63,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--students", type=int, default=20)
     parser.add_argument("--every", type=int, default=4, help="every N-th student has the loops (4)")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--lessons", type=int, default=None, help="only the first N lessons (default: all)")
     args = parser.parse_args(argv)
     root = find_course_root()
     with tempfile.TemporaryDirectory(prefix="grading-stuck-") as tmp:
-        kinds = build_class(root, Path(tmp) / "submitted", args.students, args.every)
+        kinds = build_class(root, Path(tmp) / "submitted", args.students, args.every, args.lessons)
         out = Path(tmp) / "graded"
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "autograder.cli", "grade", str(Path(tmp) / "submitted"),
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         limits_line = next((line for line in done.stderr.splitlines() if line.startswith("limits")), "")
         grades = pd.read_csv(out / "grades.csv")
     grades["kind"] = grades.student_id.map(kinds)
-    first = {les.assignment: next(iter(les.exercises)) for les in lessons(root)}
+    first = {les.assignment: next(iter(les.exercises)) for les in lessons(root)[:args.lessons]}
     holds_loop = (grades.kind == "answer") & (grades.exercise == grades.assignment.map(first))
     kept = bool((grades[~holds_loop].score == grades[~holds_loop].max_score).all())
     statuses = grades[holds_loop].status.value_counts().to_dict()
