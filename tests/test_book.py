@@ -127,7 +127,8 @@ def book(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         for name, value in NO_NETWORK.items():
             mp.setenv(name, value)
-        index = build_book(ROOT, out, execute=True, quick=True)  # training lessons: seconds, not minutes
+        # training lessons in their quick setting; two notebooks executed at once (the 2 cores)
+        index = build_book(ROOT, out, execute=True, quick=True, jobs=2)
     assert index == out / "index.html" and index.exists()
     return out
 
