@@ -1,0 +1,280 @@
+"""Checks for lesson 05 (the transformer layer), first exercise: LayerNorm.
+
+Shape legend: B batch, T sequence length, C embedding size (emb_dim). Every input is chosen so
+that no two of its dimensions are equal. The classic mistakes, as what each would compute, are
+in ``transformer_layer_mistakes``.
+
+The reference is imported inside the judges only: the probes never need it, and this module can
+be imported (as every check module is, to fill the registry) before the reference is generated.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers.checks.core import (
+    CheckFailed,
+    calls_to,
+    close,
+    describe,
+    expect_tensor,
+    first_mismatch,
+    identify,
+    visible_and_hidden,
+)
+from helpers.checks.diagnose import case_sizes, diagnose, precision_lost
+from helpers.checks.errors import runs as runs_of
+from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, layer_norm_variants, worst_row
+
+# Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
+# modules here draws random numbers without moving the notebook's.
+
+
+def _ref():
+    from helpers.reference import transformer_layer
+
+    return transformer_layer
+
+
+# ---------------------------------------------------------------------------------------------
+# LayerNorm(emb_dim, eps=1e-5): x (..., C) -> (..., C), normalised over the last dimension
+
+# (seed, shape of x, eps passed to the constructor (None: use the default), dtype)
+LN_CASES = [(30, (2, 3, 7), None, torch.float64), (31, (6, 4), 0.1, torch.float64)]
+LN_HIDDEN_CASES = [
+    (32, (3, 2, 4, 9), 1e-3, torch.float64),
+    (33, (5, 8), None, torch.float32),
+    (34, (4, 3, 6), 0.5, torch.float32),
+]
+# the spread of each row of x (one row = one position's C features), cycled over the rows. In
+# float64 some rows have a variance near eps, where sqrt(var + eps) and sqrt(var) + eps differ.
+SCALES = {torch.float64: (1.0, 1e-3, 0.05, 4.0), torch.float32: (1.0, 0.5, 2.0)}
+
+
+def _ln_inputs(seed: int, shape: tuple, dtype: torch.dtype):
+    """x (shape), weight (C,), bias (C,) and r (shape, the upstream gradient), in ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    C = shape[-1]
+    rows = math.prod(shape[:-1])
+    scales = torch.tensor([SCALES[dtype][i % len(SCALES[dtype])] for i in range(rows)], dtype=torch.float64)
+    offset_size = 3.0 if dtype == torch.float64 else 0.5
+    offsets = offset_size * torch.randn(rows, 1, generator=g, dtype=torch.float64)
+    x = torch.randn(rows, C, generator=g, dtype=torch.float64) * scales[:, None] + offsets  # (rows, C)
+    weight = 1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)
+    bias = 0.5 * torch.randn(C, generator=g, dtype=torch.float64)
+    r = torch.randn(*shape, generator=g, dtype=torch.float64)
+    return x.reshape(shape).to(dtype), weight.to(dtype), bias.to(dtype), r.to(dtype)
+
+
+def _ln_name(C: int, eps) -> str:
+    return f"LayerNorm({C})" if eps is None else f"LayerNorm({C}, eps={eps:g})"
+
+
+def _probe_layer_norm(cases):
+    def probe(ln_class) -> dict:
+        if not isinstance(ln_class, type) or not issubclass(ln_class, nn.Module):
+            raise CheckFailed(f"expected the class LayerNorm (an nn.Module), got {describe(ln_class)}")
+        runs = []
+        for seed, shape, eps, dtype in cases:
+            with case_sizes(_ln_sizes(shape)):
+                runs.append(_run_layer_norm_case(ln_class, seed, shape, eps, dtype))
+        return {"runs": runs}
+
+    return probe
+
+
+def _ln_axes(shape: tuple) -> tuple[str, ...] | None:
+    """The legend letters of x's axes: (B, T, C), (T, C); none for other shapes."""
+    return {3: ("B", "T", "C"), 2: ("T", "C")}.get(len(shape))
+
+
+def _ln_sizes(shape: tuple) -> dict[str, int]:
+    axes = _ln_axes(shape)
+    return dict(zip(axes, shape, strict=True)) if axes else {"C": shape[-1]}
+
+
+def _library_norms_watched():
+    """PyTorch's own layer norms, watched: the exercise asks for the arithmetic."""
+    return calls_to((F, "layer_norm", "F.layer_norm"), (torch, "layer_norm", "torch.layer_norm"),
+                    (nn.LayerNorm, "forward", "nn.LayerNorm"))
+
+
+def _run_layer_norm_case(ln_class, seed, shape, eps, dtype) -> dict:
+    x, weight, bias, r = _ln_inputs(seed, shape, dtype)
+    C = shape[-1]
+    ln = ln_class(C) if eps is None else ln_class(C, eps=eps)
+    names = sorted(name for name, _ in ln.named_parameters())
+    if names != ["bias", "weight"]:
+        raise CheckFailed(
+            f"{_ln_name(C, eps)} should have exactly two parameters, weight and bias, "
+            f"each of shape ({C},); it has {names}."
+        )
+    init = {"weight": ln.weight.detach().clone(), "bias": ln.bias.detach().clone()}
+    ln = ln.to(dtype)
+    with torch.no_grad():
+        for name, value in (("weight", weight), ("bias", bias)):
+            param = getattr(ln, name)
+            if tuple(param.shape) != (C,):
+                raise CheckFailed(f"{name} should have shape ({C},), got {tuple(param.shape)}.")
+            param.copy_(value)
+        x_before = x.clone()
+        with _library_norms_watched() as library:
+            out = ln(x)
+        again = ln(x_before.clone())  # the same input once more: deterministic?
+        # each batch element alone (a batch of one): does the norm mix the batch?
+        alone = [ln(x_before[b : b + 1].clone()) for b in range(shape[0])] if len(shape) >= 3 else None
+    x_changed = not torch.equal(x_before, x)
+    # the same call with gradients: d(sum(out * r)) / d(x, weight, bias)
+    xg = x_before.clone().requires_grad_(True)
+    for param in ln.parameters():
+        param.grad = None
+    grads = None
+    try:
+        (ln(xg) * r).sum().backward()
+        grads = {"x": xg.grad, "weight": ln.weight.grad, "bias": ln.bias.grad}
+    except Exception as exc:  # noqa: BLE001 - the judge reports it
+        grads = f"{type(exc).__name__}: {exc}"[:500]
+    return {"init": init, "out": out, "x_changed": x_changed, "grads": grads, "again": again, "alone": alone,
+            "library": sorted(set(library), key=library.index)}
+
+
+#: what the output, read back before weight and bias, can establish (a property of the normalisation)
+_BEFORE_AFFINE = ("rule_factor", "rule_slice_factors", "rule_fibre_factors", "rule_slice_offsets", "rule_normalised_axis",
+                  "rule_permuted", "rule_shifted", "rule_transposed")
+
+
+def _layer_norm_mismatch(reference, expected, out, x_of_case, weight, bias, eps, run, what, tol, shape, dtype) -> str:
+    """The message for a LayerNorm output that no catalogued mistake explains: what the output
+    establishes, or else what it establishes once weight and bias are undone, (out - bias) / weight."""
+    diagnosis = {"atol": tol, "rtol": tol, "axes": _ln_axes(shape), "sizes": _ln_sizes(shape), "dtype": dtype}
+    rule, message = diagnose(expected, out, what=what, again=run.get("again"), alone=run.get("alone"), **diagnosis)
+    w, b = weight.double(), bias.double()
+    if rule not in ("generic", "rule_localised") or w.abs().min() < 1e-3:
+        return message
+    lost = precision_lost(expected, out, what, dtype, tol, lambda: copy.deepcopy(reference).float()(x_of_case.float()))
+    if lost:
+        return lost
+    scale = tol / float(w.abs().min())
+    want, have = (expected.double() - b) / w, (out.double() - b) / w  # (..., C): normalised x, before the affine
+    rows_want, rows_have = want.reshape(-1, shape[-1]), have.reshape(-1, shape[-1])
+    factors = (rows_want * rows_have).sum(dim=-1) / (rows_want * rows_want).sum(dim=-1)  # (rows,)
+    if close(factors[:, None] * rows_want, rows_have, scale, scale):
+        # every row is x - mean, divided by its own wrong amount: show the worst row's divisor
+        row = int((factors.log().abs()).argmax()) if bool((factors > 0).all()) else int((factors - 1).abs().argmax())
+        x = x_of_case.reshape(-1, shape[-1])[row].double()
+        var = float(x.var(correction=0))
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(row), tuple(shape[:-1])))
+        right = math.sqrt(var + eps)
+        return (
+            f"{what}: read back before weight and bias, as (out - bias) / weight, each position's "
+            f"{shape[-1]} values are x - mean, centred correctly, but divided by the wrong amount, a "
+            "different one for each position: compare what you divide by with sqrt(var + eps), var the "
+            "mean of the squared deviations over the last dimension. Evidence: for the position at "
+            f"{index}, var = {var:.4g} and sqrt(var + eps) = {right:.4g}, but your output divides by "
+            f"{right / float(factors[row]):.4g}; {first_mismatch(expected, out, tol, tol)}."
+        )
+    label = "READ-BACK"
+    rule_before, before = diagnose(want, have, what=label, **{**diagnosis, "atol": scale, "rtol": scale, "dtype": out.dtype})
+    if rule_before not in _BEFORE_AFFINE:
+        return message
+    return f"{what}: read back before weight and bias, as (out - bias) / weight, {before.removeprefix(label + ': ')}"
+
+
+def _judge_layer_norm(cases):
+    def judge(data: dict) -> str:
+        runs = runs_of(data, len(cases))
+        ref = _ref()
+        for (seed, shape, eps, dtype), run in zip(cases, runs, strict=True):
+            x, weight, bias, r = _ln_inputs(seed, shape, dtype)
+            C = shape[-1]
+            eps_used = DEFAULT_EPS if eps is None else eps
+            what = f"{_ln_name(C, eps)} on x of shape {shape} ({str(dtype).replace('torch.', '')})"
+            init = run.get("init")
+            if not isinstance(init, dict):
+                raise CheckFailed("the check's data is incomplete")
+            for name, start in (("weight", torch.ones(C)), ("bias", torch.zeros(C))):
+                got = init.get(name)
+                if not isinstance(got, torch.Tensor) or tuple(got.shape) != (C,) or not close(start, got, 0, 0):
+                    raise CheckFailed(
+                        f"{_ln_name(C, eps)}: {name} should start as torch.{'ones' if name == 'weight' else 'zeros'}"
+                        f"({C}) (so that a new LayerNorm only normalises); it starts as {describe(got)}"
+                        + (f" {got.tolist()}" if isinstance(got, torch.Tensor) and got.numel() <= 9 else "")
+                        + "."
+                    )
+            library = run.get("library")
+            if library:
+                raise CheckFailed(
+                    f"{what}: your forward calls {' and '.join(map(str, library))}. Do not call nn.LayerNorm "
+                    "or F.layer_norm: the exercise is to write the arithmetic yourself (the mean and the "
+                    "variance over the last dimension, the division by sqrt(var + eps), weight and bias)."
+                )
+            if run.get("x_changed") is not False:
+                raise CheckFailed(
+                    f"{what} modified its input x in place (x -= mean, x /= ...): the caller's tensor "
+                    "changed. Compute new tensors instead."
+                )
+            out = expect_tensor(run["out"], shape, what)
+            if out.dtype != dtype:
+                raise CheckFailed(
+                    f"{what} returned a {out.dtype} tensor; keep the input's dtype (a float64 input gives "
+                    "a float64 output)."
+                )
+            with torch.no_grad():
+                ln = ref.LayerNorm(C, eps=eps_used).double()
+                ln.weight.copy_(weight.double())
+                ln.bias.copy_(bias.double())
+            tol = 1e-8 if dtype == torch.float64 else 1e-4
+            xg = x.detach().double().requires_grad_(True)
+            expected = ln(xg)
+            evidence = first_mismatch(expected.detach(), out, tol, tol)
+            if not close(expected.detach(), out, tol, tol):
+                variants = layer_norm_variants(x.double(), weight.double(), bias.double(), eps_used)
+                label = identify(out, variants, tol, tol)
+                if label and "eps" in label:
+                    outside = "sqrt(var) + eps" in label or "std() + eps" in label
+                    label += worst_row(x.double(), expected.detach(), out, eps_used, outside)
+                if label:
+                    raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
+                raise CheckFailed(_layer_norm_mismatch(
+                    ln, expected.detach(), out, x, weight, bias, eps_used, run, what, tol, shape, dtype
+                ))
+            grads = run.get("grads")
+            if isinstance(grads, str):
+                raise CheckFailed(
+                    f"{what}: the output is right, but backpropagating through it raised {grads}. "
+                    "A layer must be differentiable: use torch operations on tensors (no .item(), "
+                    "no numpy, no in-place changes of x)."
+                )
+            (ln(xg) * r.double()).sum().backward()
+            wanted = {"x": xg.grad, "weight": ln.weight.grad, "bias": ln.bias.grad}
+            for name, grad in wanted.items():
+                got = grads.get(name) if isinstance(grads, dict) else None
+                if not isinstance(got, torch.Tensor) or got.shape != grad.shape:
+                    raise CheckFailed(
+                        f"{what}: the output is right, but no gradient reached {name} "
+                        f"(got {describe(got)}): is a part of the computation detached?"
+                    )
+                if not close(grad, got, tol * 10, tol * 10):
+                    raise CheckFailed(
+                        f"{what}: the output is right, but the gradient with respect to {name} is not: "
+                        f"{first_mismatch(grad, got, tol * 10, tol * 10)}. Did you detach the mean or "
+                        "the variance (.detach(), .item(), torch.no_grad)?"
+                    )
+        shapes = ", ".join(str(c[1]) for c in cases)
+        return (
+            f"LayerNorm: x of shape {shapes} (rows of very different spreads, eps "
+            f"{', '.join('default' if c[2] is None else f'{c[2]:g}' for c in cases)}): output and "
+            "gradients match the reference; weight starts at ones, bias at zeros."
+        )
+
+    return judge
+
+
+check_layer_norm, check_layer_norm_hidden = visible_and_hidden(
+    "check_layer_norm", _probe_layer_norm, _judge_layer_norm, LN_CASES, LN_HIDDEN_CASES
+)

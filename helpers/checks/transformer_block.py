@@ -1,0 +1,301 @@
+"""Checks for lesson 05 (the transformer layer), second exercise: the pre-LN TransformerBlock.
+
+Shape legend: B batch, T sequence length, C embedding size (emb_dim), hs head size (head_dim),
+nh heads (n_heads), H the MLP's hidden size (n_hidden). Every input is chosen so that no two of
+its dimensions are equal. The classic mistakes, as what each would compute, are in
+``transformer_layer_mistakes``.
+
+The reference is imported inside the judges only: the probes never need it, and this module can
+be imported (as every check module is, to fill the registry) before the reference is generated.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from helpers.checks.core import (
+    CheckFailed,
+    close,
+    describe,
+    expect_tensor,
+    first_mismatch,
+    identify,
+    visible_and_hidden,
+)
+from helpers.checks.diagnose import (
+    _gloss,
+    case_sizes,
+    diagnose,
+    difference_from,
+    first_divergence,
+    precision_lost,
+    trace,
+)
+from helpers.checks.errors import runs as runs_of
+from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, block_variants
+
+# Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
+# modules here draws random numbers without moving the notebook's.
+
+
+def _ref():
+    from helpers.reference import transformer_layer
+
+    return transformer_layer
+
+
+# ---------------------------------------------------------------------------------------------
+# TransformerBlock(emb_dim, head_dim, n_heads, n_hidden): pre-LN, x (B, T, C) -> (B, T, C)
+
+# (seed, batch shape, T, C, hs, nh, n_hidden, dtype)
+BLOCK_CASES = [(40, (2,), 5, 6, 3, 4, 7, torch.float64)]
+BLOCK_HIDDEN_CASES = [
+    (41, (), 7, 5, 4, 2, 9, torch.float64),
+    (42, (4,), 6, 10, 3, 2, 13, torch.float32),
+]
+NORMS = ("norm_before_attn", "norm_before_mlp")
+
+
+def block_parameter_shapes(C: int, hs: int, nh: int, n_hidden: int) -> dict[str, tuple[int, ...]]:
+    """The parameters of TransformerBlock(C, hs, nh, n_hidden), by name: part of the interface."""
+    return {
+        "norm_before_attn.weight": (C,),
+        "norm_before_attn.bias": (C,),
+        "attention.query.weight": (nh * hs, C),
+        "attention.key.weight": (nh * hs, C),
+        "attention.value.weight": (nh * hs, C),
+        "attention.to_output.weight": (C, nh * hs),
+        "norm_before_mlp.weight": (C,),
+        "norm_before_mlp.bias": (C,),
+        "mlp.model.0.weight": (n_hidden, C),
+        "mlp.model.0.bias": (n_hidden,),
+        "mlp.model.2.weight": (C, n_hidden),
+        "mlp.model.2.bias": (C,),
+    }
+
+
+def _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype):
+    g = torch.Generator().manual_seed(seed)
+    weights = {}
+    for name, shape in block_parameter_shapes(C, hs, nh, n_hidden).items():
+        noise = torch.randn(*shape, generator=g, dtype=torch.float64)
+        if name.startswith("norm") and name.endswith(".weight"):
+            weights[name] = 1 + 0.3 * noise  # two different norms: a shared norm shows
+        elif len(shape) == 1:
+            weights[name] = 0.3 * noise
+        else:
+            weights[name] = noise / math.sqrt(shape[1])
+    x = 2 * torch.randn(*batch, T, C, generator=g, dtype=torch.float64) + 0.5
+    replacement = torch.randn(*batch, T, C, generator=g, dtype=torch.float64)
+    return {k: v.to(dtype) for k, v in weights.items()}, x.to(dtype), replacement.to(dtype)
+
+
+def _block_sizes(batch, T, C, hs, nh, n_hidden) -> dict[str, int]:
+    """The case's sizes by legend letter (no two equal: a size names its dimension)."""
+    return {**({"B": batch[0]} if len(batch) == 1 else {}), "T": T, "C": C, "hs": hs, "nh": nh, "H": n_hidden}
+
+
+def _probe_block(cases):
+    def probe(block_class) -> dict:
+        if not isinstance(block_class, type) or not issubclass(block_class, nn.Module):
+            raise CheckFailed(f"expected the class TransformerBlock (an nn.Module), got {describe(block_class)}")
+        runs = []
+        for seed, batch, T, C, hs, nh, n_hidden, dtype in cases:
+            with case_sizes(_block_sizes(batch, T, C, hs, nh, n_hidden)):
+                runs.append(_run_block_case(block_class, seed, batch, T, C, hs, nh, n_hidden, dtype))
+        return {"runs": runs}
+
+    return probe
+
+
+def _run_block_case(block_class, seed, batch, T, C, hs, nh, n_hidden, dtype) -> dict:
+    weights, x, replacement = _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype)
+    block = block_class(C, hs, nh, n_hidden)
+    names = sorted(name for name, _ in block.named_parameters())
+    if names != sorted(weights):
+        raise CheckFailed(
+            f"{block_class.__name__}({C}, {hs}, {nh}, {n_hidden}) should have exactly the parameters "
+            f"{', '.join(weights)} (keep the constructor as given); it has {names}."
+        )
+    # Known-good norms in place of the student's LayerNorm (same names, same arithmetic),
+    # so that a mistake in the LayerNorm exercise does not cost this exercise's points.
+    for attr in NORMS:
+        setattr(block, attr, nn.LayerNorm(C, eps=DEFAULT_EPS))
+    block = block.to(dtype)
+    with torch.no_grad():
+        for name, param in block.named_parameters():
+            param.copy_(weights[name])
+        x_before = x.clone()
+        out = block(x)
+        x_changed = not torch.equal(x_before, x)
+        again = block(x_before.clone())  # the same input once more: deterministic?
+        # each batch element alone (a batch of one): does the block mix the batch?
+        alone = [block(x_before[b : b + 1].clone()) for b in range(batch[0])] if len(batch) == 1 else None
+        leaks = []
+        for j in range(1, T):
+            changed = x_before.clone()
+            changed[..., j, :] = replacement[..., j, :]
+            leaks.append(block(changed))
+    # what each sub-layer received and returned, for the judge to find where the block goes wrong
+    steps = trace(block, x_before.clone(), with_inputs=True)
+    return {"out": out, "x_changed": x_changed, "leaks": leaks, "again": again, "alone": alone, "steps": steps,
+            "calls": calls(block, x_before.clone())}
+
+
+def calls(module: nn.Module, *inputs, most: int = 3) -> dict:
+    """Probe side: run ``module(*inputs)`` without gradients and return, for each direct child,
+    how often it was called and the tensors its first ``most`` calls returned (``trace`` keeps
+    only each submodule's first call; a sub-layer called twice is a mistake of its own)."""
+    counts = {name: 0 for name, _ in module.named_children()}
+    outputs: dict[str, list] = {name: [] for name in counts}
+
+    def hook_for(name):
+        def hook(_module, _args, output):
+            counts[name] += 1
+            if isinstance(output, torch.Tensor) and len(outputs[name]) < most:
+                outputs[name].append(output.detach().clone())
+        return hook
+
+    handles = [child.register_forward_hook(hook_for(name)) for name, child in module.named_children()]
+    try:
+        with torch.no_grad():
+            module(*inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {"counts": counts, "outputs": outputs}
+
+
+def calls_note(recorded, out: torch.Tensor, x: torch.Tensor, tol: float, once: bool = True) -> str:
+    """Judge side: what ``calls`` recorded says about a wrong output, in words: the sub-layers
+    called more than once (when the reference calls each ``once``), and which recorded value
+    (or the input ``x``) the output is exactly; "" when it says nothing."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("counts"), dict):
+        return ""
+
+    def label(name):
+        return f"{name} ({_gloss(name)})" if _gloss(name) else name
+
+    notes = []
+    twice = [f"{label(n)} {k} times" for n, k in recorded["counts"].items() if isinstance(k, int) and k > 1]
+    if once and twice:
+        notes.append(f"Your forward calls {', '.join(twice)}; the reference calls each sub-layer once.")
+    same = [
+        f"the output of call {i + 1} of {label(name)}"
+        for name, outs in (recorded.get("outputs") or {}).items() if isinstance(outs, list)
+        for i, value in enumerate(outs)
+        if isinstance(value, torch.Tensor) and value.shape == out.shape and close(value, out, tol, tol)
+    ]
+    if close(x, out, tol, tol):
+        same.insert(0, "its own input x, unchanged")
+    if same:
+        notes.append(f"It returns exactly {same[0]}.")
+    return " ".join(notes)
+
+
+def _block_mismatch(block, xd, expected, out, run, diagnosis) -> str:
+    """The message for a block output that no catalogued mistake explains: what the output itself
+    establishes, and where inside the block the first value departs from the reference's."""
+    rule, message = diagnose(expected, out, **diagnosis)
+    steps, tol = run.get("steps"), diagnosis["atol"]
+    if rule not in ("generic", "rule_localised") or not isinstance(steps, dict):
+        return message
+    lost = precision_lost(expected, out, diagnosis["what"], diagnosis["dtype"], tol, lambda: copy.deepcopy(block).float()(xd.float()))
+    if lost:
+        return lost
+    ours = trace(block, xd, with_inputs=True)
+    known = {"the block's input x": xd}
+    inside = first_divergence(steps, ours, tol, tol, known=known)
+    note = calls_note(run.get("calls"), out, xd, tol)
+    if inside is None:  # every sub-layer saw and returned the reference's values (on its first call)
+        extra = difference_from(out, expected, ours, tol, tol, known=known)
+        exactly = f" The output is the reference's {'' if extra.startswith('minus') else 'plus '}{extra}." if extra else ""
+        inside = (
+            "every sub-layer received and returned exactly what the reference's did"
+            + (" on its first call." if "calls" in note else ", so the difference comes from forward's own "
+               "arithmetic after the last sub-layer call.")
+            + exactly
+        )
+        note = f"{note} Evidence: {first_mismatch(expected, out, tol, tol)}.".strip()
+    inside = f"{inside} {note}".strip()
+    lead, _, _ = message.partition(" Evidence: ")
+    if rule == "generic":
+        lead = f"{diagnosis['what']} is wrong"
+    return f"{lead.rstrip('.')}. Inside the block, {inside}"
+
+
+def _judge_block(cases):
+    def judge(data: dict) -> str:
+        runs = runs_of(data, len(cases))
+        ref = _ref()
+        for (seed, batch, T, C, hs, nh, n_hidden, dtype), run in zip(cases, runs, strict=True):
+            weights, x, replacement = _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype)
+            shape = (*batch, T, C)
+            what = (
+                f"TransformerBlock(emb_dim={C}, head_dim={hs}, n_heads={nh}, n_hidden={n_hidden}) "
+                f"on x of shape {shape} ({str(dtype).replace('torch.', '')})"
+            )
+            if run.get("x_changed") is not False:
+                raise CheckFailed(
+                    f"{what} modified its input x in place: `x += ...` writes into the caller's tensor "
+                    "(in a model, the embeddings). Write x = x + ... instead."
+                )
+            tol = 1e-9 if dtype == torch.float64 else 1e-4
+            with torch.no_grad():
+                block = ref.TransformerBlock(C, hs, nh, n_hidden).double()
+                for name, param in block.named_parameters():
+                    param.copy_(weights[name].double())
+                xd = x.double()
+                expected = block(xd)
+            diagnosis = {
+                "what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "C"),
+                "sizes": _block_sizes(batch, T, C, hs, nh, n_hidden), "again": run.get("again"),
+                "alone": run.get("alone"), "dtype": dtype,
+            }
+            out = run["out"]
+            rule, message = diagnose(expected, out, **diagnosis)
+            # a wrong shape; not deterministic (a leak or a mismatch found below would only be noise);
+            # right alone but wrong together (a leak found below would be its echo)
+            if rule in ("not_a_tensor", "rule_shape", "rule_determinism", "rule_batch"):
+                raise CheckFailed(message)
+            leaks = run.get("leaks")
+            if not isinstance(leaks, list) or len(leaks) != T - 1:
+                raise CheckFailed("the check's data is incomplete")
+            leak = None
+            for j, changed in enumerate(leaks, start=1):
+                changed = expect_tensor(changed, shape, what)
+                moved = ~torch.isclose(changed[..., :j, :].double(), out[..., :j, :].double(), atol=tol, rtol=tol)
+                if moved.any():
+                    i = int(moved.nonzero()[0][-2])
+                    leak = f"changing only token {j} changed the output at position {i}, an earlier one"
+                    break
+            if close(expected, out, tol, tol) and leak is None:
+                continue
+            with torch.no_grad():
+                label = identify(out, block_variants(block, xd), tol, tol)
+            evidence = first_mismatch(expected, out, tol, tol)
+            if label:
+                raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
+            if leak:
+                raise CheckFailed(
+                    f"{what}: {leak}. A block must stay causal: only the attention mixes positions, "
+                    "and only with the past."
+                )
+            raise CheckFailed(_block_mismatch(block, xd, expected, out, run, diagnosis))
+        shapes = ", ".join(f"x{(*c[1], c[2], c[3])}" for c in cases)
+        return (
+            f"TransformerBlock: {shapes} with known weights match the reference pre-LN block "
+            "x + attention(norm(x)), then + mlp(norm(...)); the input is untouched and no output "
+            "moves when a later token changes."
+        )
+
+    return judge
+
+
+check_transformer_block, check_transformer_block_hidden = visible_and_hidden(
+    "check_transformer_block", _probe_block, _judge_block, BLOCK_CASES, BLOCK_HIDDEN_CASES
+)

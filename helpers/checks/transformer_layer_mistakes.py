@@ -1,0 +1,151 @@
+"""Lesson 05's classic mistakes, as what each would compute: the catalogues by which the judges
+of ``layer_norm`` and ``transformer_block`` recognise a wrong output and name its cause."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: LayerNorm's default eps, the constructor's: a mistake is to use it in place of self.eps
+DEFAULT_EPS = 1e-5
+
+
+def layer_norm_variants(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> dict[str, torch.Tensor]:
+    """What a LayerNorm computes under each classic mistake (float64, same weights and input)."""
+    C = x.shape[-1]
+    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+    var = x.var(dim=-1, keepdim=True, correction=0)  # (..., 1)
+    unbiased = x.var(dim=-1, keepdim=True, correction=1)  # (..., 1)
+    centred = x - mean  # (..., C)
+
+    def affine(h):
+        return h * w + b
+
+    variants = {
+        "eps sits outside the square root: you computed (x - mean) / (sqrt(var) + eps), but LayerNorm "
+        "divides by sqrt(var + eps)": affine(centred / (var.sqrt() + eps)),
+        f"you used the unbiased variance, dividing by C - 1 = {C - 1} (torch.var and torch.std do that "
+        f"by default); LayerNorm divides by C = {C}: pass correction=0 (or unbiased=False), or take "
+        "the mean of the squared deviations": affine(centred / (unbiased + eps).sqrt()),
+        f"you divided by x.std() + eps: torch.std is unbiased by default (divides by C - 1 = {C - 1}, "
+        f"not C = {C}) and eps belongs inside the square root, sqrt(var + eps)": affine(
+            centred / (unbiased.sqrt() + eps)
+        ),
+        "eps is missing: divide by sqrt(var + eps)": affine(centred / var.sqrt()),
+        "you forgot weight and bias (scale by self.weight, then shift by self.bias)": centred
+        / (var + eps).sqrt(),
+        "you forgot weight, the learned scale (multiply the normalised x by self.weight)": centred
+        / (var + eps).sqrt()
+        + b,
+        "you forgot bias, the learned shift (add self.bias at the end)": centred / (var + eps).sqrt() * w,
+        "weight and bias are swapped (scale by weight, then add bias)": centred / (var + eps).sqrt() * b + w,
+        "the mean is not subtracted: x / sqrt(mean(x**2) + eps) is RMSNorm, not LayerNorm": affine(
+            x / (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
+        ),
+        "you subtracted the mean inside the variance but not from x itself: normalise x - mean": affine(
+            x / (var + eps).sqrt()
+        ),
+        "you divided by the variance instead of its square root (the standard deviation)": affine(
+            centred / (var + eps)
+        ),
+        "mean and variance are swapped: torch.var_mean returns (var, mean), in that order": affine(
+            (x - var) / (mean + eps).sqrt()
+        ),
+        "eps is added after the division, (x - mean) / sqrt(var), then + eps: it belongs inside the "
+        "square root, sqrt(var + eps)": affine(centred / var.sqrt() + eps),
+        "the bias is added before the scale, (normalised + bias) * weight: scale by weight first, "
+        "then add bias": (centred / (var + eps).sqrt() + b) * w,
+        f"you divided by the norm of x - mean, the square root of the sum of the squared deviations, "
+        f"sqrt(C) = {math.sqrt(C):.3g} times the standard deviation: LayerNorm divides by the square root "
+        "of their mean": affine(centred / (centred.norm(dim=-1, keepdim=True) + eps)),
+    }
+    if eps != DEFAULT_EPS:
+        variants[
+            f"you ignored self.eps: this LayerNorm was built with eps={eps:g}, but you used "
+            f"{DEFAULT_EPS:g}; use self.eps"
+        ] = affine(centred / (var + DEFAULT_EPS).sqrt())
+    if x.dim() >= 2:
+        dims = [(-2, "dim=-2, across the positions")]
+        if x.dim() >= 3:
+            dims.append((0, "dim=0, across the batch"))
+        for dim, words in dims:
+            m = x.mean(dim=dim, keepdim=True)
+            v = x.var(dim=dim, keepdim=True, correction=0)
+            label = (
+                f"you normalised over the wrong dimension ({words}); LayerNorm normalises each position's "
+                f"C = {C} features on their own: dim=-1"
+            )
+            variants[label] = affine((x - m) / (v + eps).sqrt())
+        m, v = x.mean(), x.var(correction=0)
+        variants[
+            "you normalised over every entry at once (x.mean() without dim=): take the statistics "
+            f"over the last dimension only, dim=-1, keepdim=True (each position's C = {C} features)"
+        ] = affine((x - m) / (v + eps).sqrt())
+    return variants
+
+
+def worst_row(x: torch.Tensor, expected: torch.Tensor, out: torch.Tensor, eps: float, outside: bool) -> str:
+    """Where eps matters most: the row with the largest error, and its variance next to eps."""
+    C = x.shape[-1]
+    error = (expected.double() - out.double()).abs().reshape(-1, C).amax(dim=-1)  # (rows,)
+    row = int(error.argmax())
+    var = x.reshape(-1, C)[row].var(correction=0).item()
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(row), x.shape[:-1]))
+    where = f" (the outputs differ most for the position at {index}, whose variance is {var:.3g}, next to eps = {eps:g}"
+    if not outside:
+        return where + ")"
+    return where + f": there sqrt(var + eps) = {math.sqrt(var + eps):.4g} but sqrt(var) + eps = {math.sqrt(var) + eps:.4g})"
+
+
+def block_variants(parts, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What a pre-LN block computes under each classic mistake; ``parts`` is a reference block."""
+    attn, mlp = parts.attention, parts.mlp
+    ln1, ln2 = parts.norm_before_attn, parts.norm_before_mlp
+
+    def two_steps(first, second):
+        h = first(x)
+        return second(h)
+
+    variants = {
+        "post-LN: you normalised after adding the residual, norm(x + sublayer(x)) (the 2017 "
+        "Transformer); a pre-LN block normalises only the sub-layer's input, x + sublayer(norm(x))": two_steps(
+            lambda v: ln1(v + attn(v)), lambda h: ln2(h + mlp(h))
+        ),
+        "the residual is added after the norm: you replaced x by norm(x) and then added "
+        "sublayer(norm(x)) to it; the residual stream x itself must never be normalised inside the "
+        "block (x + sublayer(norm(x)))": two_steps(
+            lambda v: ln1(v) + attn(ln1(v)), lambda h: ln2(h) + mlp(ln2(h))
+        ),
+        "the residual connection around the attention is missing (x + attention(norm(x)))": two_steps(
+            lambda v: attn(ln1(v)), lambda h: h + mlp(ln2(h))
+        ),
+        "the residual connection around the MLP is missing (x + mlp(norm(x)))": two_steps(
+            lambda v: v + attn(ln1(v)), lambda h: mlp(ln2(h))
+        ),
+        "both residual connections are missing: each sub-layer's output must be added to its input": two_steps(
+            lambda v: attn(ln1(v)), lambda h: mlp(ln2(h))
+        ),
+        "one norm is shared by both sub-layers: the MLP's input went through norm_before_attn; each "
+        "sub-layer has its own norm (norm_before_mlp for the MLP)": two_steps(
+            lambda v: v + attn(ln1(v)), lambda h: h + mlp(ln1(h))
+        ),
+        "one norm is shared by both sub-layers: the attention's input went through norm_before_mlp; "
+        "each sub-layer has its own norm (norm_before_attn for the attention)": two_steps(
+            lambda v: v + attn(ln2(v)), lambda h: h + mlp(ln2(h))
+        ),
+        "the MLP is applied to the un-normalised input: it should read norm_before_mlp(x)": two_steps(
+            lambda v: v + attn(ln1(v)), lambda h: h + mlp(h)
+        ),
+        "the attention is applied to the un-normalised input: it should read norm_before_attn(x)": two_steps(
+            lambda v: v + attn(v), lambda h: h + mlp(ln2(h))
+        ),
+        "you normalised the sub-layers' outputs, x + norm(sublayer(x)), instead of their inputs, "
+        "x + sublayer(norm(x))": two_steps(lambda v: v + ln1(attn(v)), lambda h: h + ln2(mlp(h))),
+        "the MLP reads the block's input instead of the stream after the attention: both sub-layers "
+        "ran in parallel on x; the MLP must see x + attention(norm(x))": x + attn(ln1(x)) + mlp(ln2(x)),
+        "the sub-layers are in the wrong order: attention first, then the MLP": two_steps(
+            lambda v: v + mlp(ln2(v)), lambda h: h + attn(ln1(h))
+        ),
+    }
+    return variants
