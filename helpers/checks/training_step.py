@@ -3,63 +3,29 @@
 The probe trains a tiny language model with known float64 weights for a few steps with the
 student's function, under SGD and under AdamW, with and without gradient clipping, and records
 what each step returned, the parameters after it and whether the model was in training mode.
-The judge replays the same steps with the reference and with each classic mistake.
+The judge replays the same steps with the reference and with each classic mistake (the model,
+the optimizers and the replays are in ``helpers.checks.training_replay``).
 
 Shape legend: B batch, T sequence length, V vocabulary size, C embedding size. No two are equal.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers.checks.core import Check, CheckFailed, close, describe
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
-
-TOL = 1e-9  # float64 all the way: a correct step matches the reference to rounding
-
-
-class TinyLM(nn.Module):
-    """A small stand-in language model: ids (B, T) -> logits (B, T, V). Each position sees the mean
-    of the embeddings up to it, then Linear, tanh, Linear; every forward pass records the mode."""
-
-    def __init__(self, n_vocab: int, emb_dim: int):
-        super().__init__()
-        self.embed = nn.Embedding(n_vocab, emb_dim)
-        self.mix = nn.Linear(emb_dim, emb_dim)
-        self.head = nn.Linear(emb_dim, n_vocab, bias=False)
-        self.modes: list[bool] = []
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        self.modes.append(self.training)
-        x = self.embed(ids)  # (B, T, C)
-        counts = torch.arange(1, x.shape[-2] + 1, dtype=x.dtype).unsqueeze(-1)  # (T, 1)
-        prefix_mean = x.cumsum(dim=-2) / counts  # (B, T, C)
-        return self.head(torch.tanh(self.mix(prefix_mean)))  # (B, T, V)
-
-
-@dataclass(frozen=True)
-class Case:
-    seed: int
-    B: int
-    T: int
-    V: int
-    C: int
-    optimizer: str  # "sgd", "sgd-momentum" or "adamw"
-    grad_clip: float | None
-    steps: int = 3
-    start_in_eval: bool = False  # hand the model over in evaluation mode
-
-    @property
-    def label(self) -> str:
-        opt = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adamw": "AdamW"}[self.optimizer]
-        clip = f", grad_clip={self.grad_clip}" if self.grad_clip is not None else ", grad_clip=None"
-        return f"{self.steps} steps of {opt} on B={self.B}, T={self.T}, V={self.V}{clip}"
-
+from helpers.checks.training_replay import (
+    LR,
+    TOL,
+    Case,
+    _params_before,
+    _replay,
+    _same_params,
+    build,
+)
 
 CASES = [
     Case(0, B=3, T=5, V=7, C=4, optimizer="sgd", grad_clip=None),
@@ -72,30 +38,8 @@ HIDDEN_CASES = [
 ]
 
 
-LR = {"sgd": 0.3, "sgd-momentum": 0.2, "adamw": 0.05}  # the optimizers' learning rates
-
-
 def _sizes(case: Case) -> dict[str, int]:
     return {"B": case.B, "T": case.T, "V": case.V, "C": case.C}
-
-
-def build(case: Case) -> tuple[TinyLM, torch.optim.Optimizer, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """The model with known weights, its optimizer and the batches (x, y) of every step."""
-    g = torch.Generator().manual_seed(1000 + case.seed)
-    model = TinyLM(case.V, case.C).double()
-    with torch.no_grad():
-        for _, param in sorted(model.named_parameters()):
-            param.copy_(1.5 * torch.randn(param.shape, generator=g, dtype=torch.float64))
-    lr = LR[case.optimizer]
-    optimizer = (torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1) if case.optimizer == "adamw" else
-                 torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9 if case.optimizer == "sgd-momentum" else 0))
-    batches = []
-    for _ in range(case.steps):
-        seq = torch.randint(case.V, (case.B, case.T + 1), generator=g)  # (B, T+1)
-        batches.append((seq[:, :-1].clone(), seq[:, 1:].clone()))  # x, y: (B, T) each
-    if case.start_in_eval:
-        model.eval()
-    return model, optimizer, batches
 
 
 def _returned(value) -> dict:
@@ -177,53 +121,6 @@ PROCEDURES = {
     "you clipped each parameter's gradient norm on its own; clip_grad_norm_ must see all parameters "
     "at once, so that the whole gradient keeps its direction": ("start", "per_param"),
 }
-
-
-def _replay(case: Case, procedure: tuple[str, str] | None = None) -> list[dict]:
-    """The losses and parameters after every step of the case, with the reference's ``train_step``
-    (``procedure`` None) or with a step put together as ``procedure``."""
-    from helpers.reference.training_step import train_step
-
-    model, optimizer, batches = build(case)
-    out = []
-    for x, y in batches:
-        if procedure is None:
-            loss = train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
-            out.append({"loss": loss, "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
-            continue
-        zero, clip = procedure
-        model.train()
-        if zero == "start":
-            optimizer.zero_grad(set_to_none=True)
-        logits = model(x)  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, case.V), y.reshape(-1))
-        loss.backward()
-        if case.grad_clip is not None:
-            if clip == "norm":
-                torch.nn.utils.clip_grad_norm_(model.parameters(), case.grad_clip)
-            elif clip == "value":
-                torch.nn.utils.clip_grad_value_(model.parameters(), case.grad_clip)
-            elif clip == "per_param":
-                for p in model.parameters():
-                    torch.nn.utils.clip_grad_norm_([p], case.grad_clip)
-        optimizer.step()
-        out.append({"loss": loss.item(), "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
-    return out
-
-
-def _params_before(case: Case, expected: list[dict], k: int) -> TinyLM:
-    """The model in training mode, with the reference's parameters before step k."""
-    model = build(case)[0].train()
-    with torch.no_grad():
-        for name, p in model.named_parameters() if k > 0 else ():
-            p.copy_(expected[k - 1]["params"][name])
-    return model
-
-
-def _same_params(want: dict, got: dict) -> bool:
-    """Whether ``got`` holds every parameter of ``want``, equal to rounding."""
-    return all(isinstance(got.get(n), torch.Tensor) and got[n].shape == t.shape and close(t, got[n], TOL, TOL)
-               for n, t in want.items())
 
 
 ERROR_HINTS = [
