@@ -6,12 +6,8 @@ import pytest
 import torch
 from harness import Catalogue, CatalogueTests
 
-from helpers.checks.cached_generation import (
-    expected_mask_and_positions,
-    generate_batch_with,
-    small_model,
-)
-from helpers.checks.kv_cache import KnownGoodCachedAttention, chained
+from helpers.checks.batch_mask import expected_mask_and_positions, generate_batch_with
+from helpers.checks.kv_cache import KnownGoodCachedAttention, chained, small_model
 from helpers.checks.rope import known_good_rope, rotary_chained
 from helpers.reference import fast_generation as ref
 from helpers.reference.multihead import CausalSelfAttention

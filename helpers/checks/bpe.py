@@ -3,64 +3,17 @@
 Token ids are plain Python ints in lists; a pair is a tuple (a, b). The probes run the student's
 function on inputs of their own and return lists (a dict of pairs travels as [a, b, value]
 triples, in the dict's order). ``train_bpe`` and ``encode`` call ``count_pairs`` and ``merge`` by
-name: while their probes run, those names mean this module's known-good versions, so a mistake
-in one exercise costs only that exercise. The judges compare with the reference.
+name: while their probes run, those names mean the known-good versions (``helpers.checks.bpe_known``),
+so a mistake in one exercise costs only that exercise. The judges compare with the reference.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from contextlib import contextmanager
 
-from helpers.checks.core import Check, CheckFailed, describe
-
-# ---------------------------------------------------------------------------------------------
-# known-good versions, for the probes (which must not need the reference) and the variants
-
-
-def pairs_known(ids, gap=1):
-    counts = {}
-    for pair in zip(ids, ids[gap:]):  # noqa: B905 - shorter by design
-        counts[pair] = counts.get(pair, 0) + 1
-    return counts
-
-
-def merge_known(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
-def train_known(text, n_merges, start=None, pick=None, first_id=256):
-    ids, merges = list(text.encode("utf-8")) if start is None else start(text), {}
-    for rank in range(n_merges):
-        if not (counts := pairs_known(ids)):
-            break
-        pair = (pick or (lambda c: max(c, key=c.get)))(counts)
-        merges[pair] = first_id + rank
-        ids = merge_known(ids, pair, first_id + rank)
-    return merges
-
-
-@contextmanager
-def known_helpers(function):
-    """While active, count_pairs and merge mean the known-good versions to ``function``."""
-    scope, missing, saved = getattr(function, "__globals__", None), object(), {}
-    if isinstance(scope, dict):  # also when the notebook has none (its cell raised): then remove them after
-        for name, fn in (("count_pairs", pairs_known), ("merge", merge_known)):
-            saved[name] = scope.get(name, missing)
-            scope[name] = fn
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            scope.pop(name, None) if value is missing else scope.__setitem__(name, value)
+from helpers.checks import errors
+from helpers.checks.bpe_known import known_helpers, merge_known, pairs_known, train_known
+from helpers.checks.core import CheckFailed, describe, visible_and_hidden
 
 
 def _plain(value):
@@ -121,9 +74,7 @@ def first_difference(expected, got) -> str:
 def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_error=lambda error: None, reading=None,
            ordered=False):
     def judge(data: dict) -> str:
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
+        runs = errors.runs(data, len(cases))
         outputs = [_unplain(run.get("out")) for run in runs]
         every = [variants_of(case) for case in cases]
         for index, (case, run) in enumerate(zip(cases, runs, strict=True)):
@@ -217,8 +168,8 @@ def pairs_reading(ids, got, expected):
 
 def make_checks(name, call, cases, hidden_cases, label, expected_of, variants_of, describe_case, summary, **options):
     """The visible check and its hidden twin: the same probe and judge on other cases."""
-    return tuple(Check(name + suffix, _probe(c, call), _judge(c, label, expected_of, variants_of, describe_case, summary, **options),
-                       hidden=bool(suffix)) for suffix, c in (("", cases), ("_hidden", hidden_cases)))
+    judging = (label, expected_of, variants_of, describe_case, summary)
+    return visible_and_hidden(name, lambda c: _probe(c, call), lambda c: _judge(c, *judging, **options), cases, hidden_cases)
 
 
 def reference(name, unpack=lambda case: (case,)):

@@ -1,4 +1,4 @@
-"""Checks for lesson 09 (fast generation): generation with a KV cache, and a batch of prompts.
+"""Checks for lesson 09 (fast generation): generation with a KV cache.
 
 ``generate_cached`` must give the very token ids of lesson 08's ``generate`` (the reference), on a
 small float64 model with seeded weights and a seeded generator, before and after the text
@@ -6,8 +6,7 @@ outgrows ``max_len``. While it runs, the notebook's ``CachedSelfAttention`` and 
 are replaced by the course's own, which record every call (new positions, autograd graph, mode): a
 mistake in Exercise 1 is not counted here, and a loop that does not use the cache is seen.
 
-``batch_mask_and_positions`` is compared entry by entry on left-padded batches, then used by the
-course's batch generation: every prompt of the batch must get the tokens it gets alone.
+A batch of prompts (``batch_mask_and_positions``) is checked in ``helpers.checks.batch_mask``.
 
 Shape legend: B batch, T time, T0 prompt length, V vocabulary size, C embedding size, nh heads,
 hs head size. No two sizes are equal.
@@ -24,7 +23,7 @@ from helpers.checks import kv_cache
 from helpers.checks.core import CheckFailed, describe, visible_and_hidden
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.kv_cache import KnownGoodCachedAttention as KnownGood
-from helpers.checks.kv_cache import causal_with_past, known_good_forward_cached, small_model
+from helpers.checks.kv_cache import known_good_forward_cached, small_model
 from helpers.reference import sampling
 
 
@@ -225,148 +224,4 @@ def _judge_generate(cases):
 check_generate_cached, check_generate_cached_hidden = visible_and_hidden(
     "check_generate_cached", _probe_generate, _judge_generate, GEN_CASES, GEN_HIDDEN_CASES)
 
-# ---------------------------------------------------------------------------------------------
-# batch_mask_and_positions(real, T_new) -> (mask (B, 1, T_new, T_total), positions (B, T_new))
-
-
-def expected_mask_and_positions(real: torch.Tensor, T_new: int):
-    """The mask for real queries (pads: themselves) and the position ids (0 at padding)."""
-    T_total = real.shape[1]
-    causal = causal_with_past(T_new, T_total)  # (T_new, T_total)
-    itself = torch.arange(T_total) == (T_total - T_new + torch.arange(T_new)).unsqueeze(1)
-    mask = causal & (real.unsqueeze(1) | itself)  # (B, T_new, T_total)
-    positions = (real.long().cumsum(dim=1) - 1).clamp(min=0)[:, T_total - T_new :]
-    return mask.unsqueeze(1), positions
-
-
-def generate_batch_with(mask_fn, model, prompts, n):
-    """Greedy batch generation with the course's loop and ``mask_fn`` for masks and positions."""
-    T0 = max(len(p) for p in prompts)
-    ids = torch.stack([torch.cat([torch.zeros(T0 - len(p), dtype=torch.long), p]) for p in prompts])  # (B, T0)
-    real = torch.stack([torch.arange(T0) >= T0 - len(p) for p in prompts])  # (B, T0)
-    with torch.no_grad():
-        mask, positions = mask_fn(real, T0)
-        logits, caches = known_good_forward_cached(model, ids, None, positions, mask)
-        new = []
-        for _ in range(n):
-            next_ids = logits[:, -1].argmax(dim=-1)  # (B,)
-            new.append(next_ids)
-            real = torch.cat([real, torch.ones(len(prompts), 1, dtype=torch.bool)], dim=1)
-            mask, positions = mask_fn(real, 1)
-            logits, caches = known_good_forward_cached(model, next_ids.unsqueeze(1), caches, positions, mask)
-    return torch.stack(new, dim=1)  # (B, n)
-
-
-def _real(lengths, T_total):
-    return torch.stack([torch.arange(T_total) >= T_total - n for n in lengths])
-
-
-# (name, real lengths of the rows, T_total, T_new)
-MASK_CASES = [("a prefill: rows of 5, 2 and 4 tokens, T_total = T_new = 6", [5, 2, 4], 6, 6),
-              ("a decode step: rows of 7, 4 and 6 tokens in T_total = 8, T_new = 1", [7, 4, 6], 8, 1)]
-MASK_HIDDEN_CASES = [("two new columns: rows of 3, 6, 1, 5 tokens in T_total = 7", [3, 6, 1, 5], 7, 2),
-                     ("no padding at all: 2 rows of 5 tokens", [5, 5], 5, 5)]
-BATCH_PROMPTS = [[3, 7, 1, 12, 5, 9], [4, 11], [8, 2, 6, 10]]  # lengths 6, 2, 4; 5 new tokens, max_len 13
-
-
-def _probe_mask(cases):
-    def probe(batch_mask_and_positions) -> dict:
-        if not callable(batch_mask_and_positions):
-            raise CheckFailed(f"expected the function batch_mask_and_positions, got {describe(batch_mask_and_positions)}")
-        runs = []
-        for _, lengths, T_total, T_new in cases:
-            sizes = {"B": len(lengths), "T_total": T_total, "T_new": T_new, "T_past": T_total - T_new}
-            try:
-                with case_sizes(sizes):
-                    mask, positions = batch_mask_and_positions(_real(lengths, T_total), T_new)
-                runs.append({"mask": mask, "positions": positions})
-            except Exception as exc:  # noqa: BLE001
-                runs.append({"error": kv_cache.student_error(exc, sizes)})
-        prompts = [torch.tensor(p) for p in BATCH_PROMPTS]
-        try:
-            batch = generate_batch_with(batch_mask_and_positions, small_model(max_len=13), prompts, 5)
-        except Exception as exc:  # noqa: BLE001
-            batch = kv_cache.student_error(exc, {"B": len(prompts)})
-        return {"runs": runs, "batch": batch}
-
-    return probe
-
-
-def _judge_mask(cases):
-    def judge(data: dict) -> str:
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for (name, lengths, T_total, T_new), run in zip(cases, runs, strict=True):
-            what = f"batch_mask_and_positions on {name}"
-            if "error" in run:
-                raise CheckFailed(f"{what} raised {str(run['error']).rstrip('.')}.")
-            real = _real(lengths, T_total)
-            B, T_past = len(lengths), T_total - T_new
-            want_mask, want_pos = expected_mask_and_positions(real, T_new)
-            mask, pos = run["mask"], run["positions"]
-            if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (B, 1, T_new, T_total) or mask.dtype != torch.bool:
-                raise CheckFailed(f"{what}: the mask should be a bool tensor of shape {(B, 1, T_new, T_total)}, got {describe(mask)}.")
-            if not isinstance(pos, torch.Tensor) or tuple(pos.shape) != (B, T_new) or pos.dtype.is_floating_point:
-                raise CheckFailed(f"{what}: the positions should be an integer tensor of shape {(B, T_new)}, got {describe(pos)}.")
-            query_real = real[:, T_past:]  # (B, T_new)
-            rows = query_real.view(B, 1, T_new, 1).expand_as(mask)
-            if not torch.equal(mask[rows], want_mask[rows]):
-                causal = causal_with_past(T_new, T_total).expand_as(mask)
-                b, _, i, j = ((mask != want_mask) & rows).nonzero()[0].tolist()
-                if torch.equal(mask[rows], causal[rows]):
-                    why = "the padding is attended to: a real query must not look at padding keys (AND the causal mask with the real tokens)"
-                elif torch.equal(mask[rows], (causal_with_past(T_new, T_total, offset=False) & real.unsqueeze(1)).unsqueeze(1)[rows]):
-                    why = (f"the causal part was not offset by T_past = {T_past}: new query i must see keys up to "
-                           "T_past + i (a one-token decode step must see every real past key)")
-                else:
-                    why = "query i may see key j exactly when j <= T_past + i and key j is a real token"
-                raise CheckFailed(f"{what}: {why}. Evidence: row {b}, query {i}, key {j}: expected "
-                                  f"{bool(want_mask[b, 0, i, j])}, got {bool(mask[b, 0, i, j])}.")
-            empty = ~mask.any(dim=-1)  # (B, 1, T_new)
-            if empty.any():
-                b, _, i = empty.nonzero()[0].tolist()
-                raise CheckFailed(f"{what}: padding query {i} of row {b} sees no key at all: its softmax is over -inf "
-                                  "only, which gives NaN, and the NaN spreads to every row through the next layer's "
-                                  "values. Let a padding query look at itself.")
-            if (mask & ~causal_with_past(T_new, T_total)).any():
-                raise CheckFailed(f"{what}: a padding query looks at a key after it; let it look at itself only.")
-            if not torch.equal(pos[query_real], want_pos[query_real]):
-                b, i = ((pos != want_pos) & query_real).nonzero()[0].tolist()
-                arange = torch.arange(T_past, T_total).expand(B, T_new)
-                if torch.equal(pos[query_real], arange[query_real]):
-                    why = ("the positions are the columns, the same for every row: count per row, the real tokens "
-                           "before each one (the first real token of every row is at position 0)")
-                elif torch.equal(pos[query_real], want_pos[query_real] + 1):
-                    why = "the positions start at 1: the first real token of a row is at position 0"
-                else:
-                    why = "a real token's position is the number of real tokens before it in its row"
-                raise CheckFailed(f"{what}: {why}. Evidence: row {b}, new column {i}: expected {int(want_pos[b, i])}, "
-                                  f"got {int(pos[b, i])}.")
-            if (pos < 0).any():
-                raise CheckFailed(f"{what}: a padding position is {int(pos.min())}; position ids index the "
-                                  "position table: use 0 at padding.")
-        batch = data.get("batch")
-        if isinstance(batch, str):
-            raise CheckFailed(f"batch generation with your batch_mask_and_positions raised {batch}.")
-        model = small_model(max_len=13)
-        what = f"greedy batch generation, prompts of {[len(p) for p in BATCH_PROMPTS]} tokens, 5 new each"
-        for row, prompt in enumerate(BATCH_PROMPTS):
-            alone = sampling.generate(model, torch.tensor(prompt), 5, temperature=0)[len(prompt):]
-            if not isinstance(batch, torch.Tensor) or batch.shape != (len(BATCH_PROMPTS), 5):
-                raise CheckFailed(f"{what}: got {describe(batch)}.")
-            if not torch.equal(batch[row].long(), alone):
-                nan = " (NaN in the logits makes argmax pick garbage)" if batch[row].max() >= 13 else ""
-                raise CheckFailed(f"{what}: row {row} gets {batch[row].tolist()} in the batch but {alone.tolist()} "
-                                  f"alone{nan}: the batch must give every prompt the tokens it gets alone.")
-        return ("batch_mask_and_positions: " + "; ".join(c[0] for c in cases) + ": causal and padding masks "
-                "combined, no empty row, positions counted per row; in a batch every prompt gets the tokens it gets alone.")
-
-    return judge
-
-
-check_batch_mask, check_batch_mask_hidden = visible_and_hidden(
-    "check_batch_mask", _probe_mask, _judge_mask, MASK_CASES, MASK_HIDDEN_CASES)
-
-__all__ = ["check_batch_mask", "check_batch_mask_hidden", "check_generate_cached", "check_generate_cached_hidden",
-           "expected_mask_and_positions", "generate_batch_with"]
+__all__ = ["check_generate_cached", "check_generate_cached_hidden"]

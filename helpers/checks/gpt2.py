@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.checks.core import Check, CheckFailed, calls_to, describe, first_mismatch
+from helpers.checks import errors
+from helpers.checks.core import CheckFailed, calls_to, describe, first_mismatch, visible_and_hidden
 from helpers.checks.diagnose import explain_exception, explain_mismatch
 from helpers.checks.gpt2_format import (
     _cause,
@@ -172,10 +173,7 @@ def _judge_gelu(cases):
     def judge(data: dict) -> str:
         from helpers.reference.gpt2 import gelu
 
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for (seed, shape, dtype, approximate), run in zip(cases, runs, strict=True):
+        for (seed, shape, dtype, approximate), run in zip(cases, errors.runs(data, len(cases)), strict=True):
             what = f"gelu(x, approximate={approximate!r}) on a {str(dtype)[6:]} x of shape {shape}"
             got = run.get("out")
             if isinstance(got, dict) and "error" in got:
@@ -209,8 +207,7 @@ def _judge_gelu(cases):
     return judge
 
 
-check_gelu = Check("check_gelu", _probe_gelu(GELU_CASES), _judge_gelu(GELU_CASES))
-check_gelu_hidden = Check("check_gelu_hidden", _probe_gelu(GELU_HIDDEN_CASES), _judge_gelu(GELU_HIDDEN_CASES), hidden=True)
+check_gelu, check_gelu_hidden = visible_and_hidden("check_gelu", _probe_gelu, _judge_gelu, GELU_CASES, GELU_HIDDEN_CASES)
 
 # ---------------------------------------------------------------------------------------------
 # load_gpt2_state_dict(model, state_dict): GPT-2's names and layouts onto the course's modules
@@ -232,10 +229,8 @@ def _ids(case) -> torch.Tensor:
 
 
 def _fresh_model(case):
-    from helpers.reference.transformer_lm import (  # lesson 06: importable while grading
-        Config,
-        TransformerLM,
-    )
+    # lesson 06: importable while grading
+    from helpers.reference.transformer_lm import Config, TransformerLM
 
     seed, V, P, C, L, nh, B, T, dtype = case
     torch.manual_seed(seed)  # known initial weights: a weight that was not loaded keeps them
@@ -301,10 +296,7 @@ def _judge_load(cases):
     def judge(data: dict) -> str:
         from helpers.reference.gpt2 import load_gpt2_state_dict
 
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for case, run in zip(cases, runs, strict=True):
+        for case, run in zip(cases, errors.runs(data, len(cases)), strict=True):
             seed, V, P, C, L, nh, B, T, dtype = case
             what = f"load_gpt2_state_dict on {_case_text(case)}"
             if "error" in run:
@@ -353,5 +345,4 @@ _PLACES = {"embeddings": ("word_to_embedding.", "pos_to_embedding."), "ln_1": "l
            "attention": "layers.{i}.attention.", "ln_2": "layers.{i}.norm_before_mlp.", "MLP": "layers.{i}.mlp.",
            "final norm": "final_norm.", "logits": "lm_head."}
 
-check_load_gpt2 = Check("check_load_gpt2", _probe_load(LOAD_CASES), _judge_load(LOAD_CASES))
-check_load_gpt2_hidden = Check("check_load_gpt2_hidden", _probe_load(LOAD_HIDDEN_CASES), _judge_load(LOAD_HIDDEN_CASES), hidden=True)
+check_load_gpt2, check_load_gpt2_hidden = visible_and_hidden("check_load_gpt2", _probe_load, _judge_load, LOAD_CASES, LOAD_HIDDEN_CASES)

@@ -17,11 +17,13 @@ out here (``attend_step``), and ``tests/test_lesson09.py`` checks that it agrees
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import nn
 
-from helpers.checks.core import Check, CheckFailed, close, describe, first_mismatch, identify
+from helpers.checks import core, errors
+from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify
 from helpers.checks.diagnose import case_sizes, explain_exception, explain_mismatch
 
 # lesson 06's model: hidden while lessons up to 06 are graded, so used only inside functions
@@ -191,7 +193,7 @@ def run_chunked(module, x, chunks, sizes: dict) -> dict:
     return run
 
 
-def _probe(cases, with_kv: bool):
+def _probe(with_kv: bool, cases):
     def probe(cls) -> dict:
         if not isinstance(cls, type):
             raise CheckFailed(f"expected a class, got {describe(cls)}")
@@ -269,12 +271,9 @@ MISTAKES = {
 }
 
 
-def _judge(cases, with_kv: bool, name: str):
+def _judge(with_kv: bool, name: str, cases):
     def judge(data: dict) -> str:
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for case, run in zip(cases, runs, strict=True):
+        for case, run in zip(cases, errors.runs(data, len(cases)), strict=True):
             seed, B, C, hs, nh, n_kv, chunks, dtype = case
             weights, x, mask = _inputs(case)
             w64 = {k: v.double() for k, v in weights.items()}
@@ -341,17 +340,10 @@ CACHED_HIDDEN_CASES = [(1, 3, 10, 4, 2, 2, [1, 1, 5, 2], torch.float64), (2, 1, 
 GQA_CASES = [(3, 3, 13, 4, 6, 2, [5, 2, 1], torch.float64), (4, 3, 11, 2, 5, 5, [7], torch.float64)]
 GQA_HIDDEN_CASES = [(5, 3, 11, 5, 4, 1, [3, 1, 1, 1], torch.float64), (6, 1, 16, 5, 6, 3, [7, 2], torch.float32)]
 
-
-
-def _checks(name: str, cls_name: str, with_kv: bool, cases, hidden_cases):
-    return (Check(name, _probe(cases, with_kv), _judge(cases, with_kv, cls_name)),
-            Check(f"{name}_hidden", _probe(hidden_cases, with_kv), _judge(hidden_cases, with_kv, cls_name), hidden=True))
-
-
-check_cached_attention, check_cached_attention_hidden = _checks(
-    "check_cached_attention", "CachedSelfAttention", False, CACHED_CASES, CACHED_HIDDEN_CASES)
-check_grouped_query, check_grouped_query_hidden = _checks(
-    "check_grouped_query", "GroupedQueryAttention", True, GQA_CASES, GQA_HIDDEN_CASES)
+check_cached_attention, check_cached_attention_hidden = core.visible_and_hidden(
+    "check_cached_attention", partial(_probe, False), partial(_judge, False, "CachedSelfAttention"), CACHED_CASES, CACHED_HIDDEN_CASES)
+check_grouped_query, check_grouped_query_hidden = core.visible_and_hidden(
+    "check_grouped_query", partial(_probe, True), partial(_judge, True, "GroupedQueryAttention"), GQA_CASES, GQA_HIDDEN_CASES)
 
 __all__ = ["CONFIG", "KnownGoodCachedAttention", "causal_with_past", "chained", "check_cached_attention",
            "check_cached_attention_hidden", "check_grouped_query", "check_grouped_query_hidden",
