@@ -9,28 +9,21 @@ Everything runs on 127.0.0.1 with bounded waits; JupyterLab and the browser are 
 Locally the tests are skipped when Playwright or Chromium is missing; with ``CI`` set they fail.
 """
 
-import json
 import os
 import secrets
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from chromium import missing
+from jupyter_env import LAB_DROP, ROOT, api, jupyter_server, person_env, this_python_first
 
 from autograder.course import RELEASE, lessons, nbgrader_meta
 
-ROOT = Path(__file__).resolve().parents[1]
 LESSON = "03-self-attention"
-SERVER_START_S = 120
 KERNEL_IDLE_S = 120
 RUN_ALL_S = 300
 VALIDATE_S = 180
@@ -50,45 +43,6 @@ class Lab:
     log: Path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def lab_env(home: Path) -> dict[str, str]:
-    """A fresh HOME and Jupyter dirs (no restored layout, no user settings); this Python first."""
-    env = dict(os.environ)
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
-        env.pop(name, None)
-    env.pop("MPLBACKEND", None)  # the suite's Agg would keep every figure out of the notebook
-    env.update(
-        HOME=str(home),
-        JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
-        JUPYTER_DATA_DIR=str(home / ".local" / "share" / "jupyter"),
-        JUPYTER_RUNTIME_DIR=str(home / ".local" / "share" / "jupyter" / "runtime"),
-        IPYTHONDIR=str(home / ".ipython"),
-        TRANSFORMER_COURSE_ROOT=str(ROOT),
-        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-    )
-    return env
-
-
-def api(base: str, token: str, path: str):
-    """GET a Jupyter REST endpoint on loopback (never through a proxy); None when it does not answer."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    request = urllib.request.Request(f"{base}{path}", headers={"Authorization": f"token {token}"})
-    try:
-        with opener.open(request, timeout=3) as reply:
-            return json.loads(reply.read() or b"null") if reply.status == 200 else None
-    except (OSError, ValueError):
-        return None
-
-
-def server_answers(port: int, token: str) -> bool:
-    return api(f"http://127.0.0.1:{port}", token, "/api/status") is not None
-
-
 def wait_for_kernel(lab: Lab, timeout_s: float) -> None:
     """Until the notebook's kernel is started, connected to the page and idle (REST, not the DOM)."""
     deadline, kernels = time.monotonic() + timeout_s, None
@@ -100,26 +54,11 @@ def wait_for_kernel(lab: Lab, timeout_s: float) -> None:
     raise AssertionError(f"no connected idle kernel after {timeout_s:.0f} s: {kernels}")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM (JupyterLab then shuts its kernels down), then SIGKILL to its process group."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the server's own group: leftover kernels
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab as ``transformer-course lab`` starts it (course root as working directory, so
     nbgrader finds its config), on a temporary copy of notebooks/, on 127.0.0.1 with a token."""
-    jupyter = shutil.which("jupyter", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    jupyter = shutil.which("jupyter", path=this_python_first())
     if jupyter is None:
         pytest.fail("jupyter is not installed in this environment")
     tmp = tmp_path_factory.mktemp("lab")
@@ -128,8 +67,8 @@ def lab(tmp_path_factory):
     shutil.copytree(ROOT / RELEASE, root_dir, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     token = secrets.token_urlsafe(24)
     log_path = tmp / "jupyter.log"
-    for _attempt in range(3):  # another process may take the free port before Jupyter does
-        port = free_port()
+
+    def command(port: int) -> list[str]:
         cmd = [
             jupyter, "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
             "--ServerApp.port_retries=0", f"--ServerApp.token={token}", f"--ServerApp.root_dir={root_dir}",
@@ -137,19 +76,12 @@ def lab(tmp_path_factory):
         ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--ServerApp.allow_root=True")
-        with open(log_path, "a") as log:
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=lab_env(home), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            deadline = time.monotonic() + SERVER_START_S
-            while proc.poll() is None and time.monotonic() < deadline and not server_answers(port, token):
-                time.sleep(0.5)
-            if proc.poll() is None and server_answers(port, token):
-                yield Lab(f"http://127.0.0.1:{port}", token, root_dir, log_path)
-                return
-        finally:
-            stop(proc)
-    pytest.fail(f"JupyterLab did not answer on /api/status; its log:\n{log_path.read_text()[-4000:]}")
+        return cmd
+
+    env = person_env(home, drop=LAB_DROP, TRANSFORMER_COURSE_ROOT=str(ROOT))
+    with jupyter_server(command, cwd=ROOT, env=env, token=token, log=log_path,
+                        failure="JupyterLab did not answer on /api/status") as port:
+        yield Lab(f"http://127.0.0.1:{port}", token, root_dir, log_path)
 
 
 JS_EXECUTION_STATE = """() => {

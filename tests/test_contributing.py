@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from jupyter_env import copy_course
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = str(Path(sys.executable).parent)
@@ -133,9 +134,7 @@ def toy_notebook() -> dict:
 def course(tmp_path_factory) -> Path:
     """A copy of the course whose only lesson is the toy, written as CONTRIBUTING says."""
     course = tmp_path_factory.mktemp("contributing") / "course"
-    for name in ("autograder", "helpers"):
-        shutil.copytree(ROOT / name, course / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copyfile(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    copy_course(course, names=("autograder", "helpers", "nbgrader_config.py"))
     (course / "helpers" / "checks" / "toy.py").write_text(CHECK_MODULE, encoding="utf-8")
     folder = course / "solutions" / A
     folder.mkdir(parents=True)

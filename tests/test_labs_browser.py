@@ -14,28 +14,18 @@ written into the checkout. Locally the tests are skipped without Playwright or C
 
 import json
 import secrets
-import shutil
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_browser import (
-    ROOT,
-    free_port,
-    lab_env,
-    server_answers,
-    stop,
-)
+from jupyter_env import LAB_DROP, ROOT, copy_course, jupyter_server, person_env
 
 from autograder.course import RELEASE
 from autograder.lab import INSTRUCTOR_PLUGINS
 
-SERVER_START_S = 120
 APP_READY_S = 120
 # what a student must never be offered, as JupyterLab labels it
 INSTRUCTOR_LABELS = ("Formgrader", "Create assignment", "Create Assignment", "Course List", "Courses")
@@ -69,24 +59,15 @@ def start_lab(tmp: Path, args: list[str], course: Path):
     home = tmp / "home"
     home.mkdir(exist_ok=True)
     token = secrets.token_urlsafe(24)
-    env = dict(lab_env(home), JUPYTER_TOKEN=token, TRANSFORMER_COURSE_ROOT=str(course))
+    env = person_env(home, drop=LAB_DROP, JUPYTER_TOKEN=token, TRANSFORMER_COURSE_ROOT=str(course))
     log_path = tmp / "lab.log"
-    for _attempt in range(3):  # another process may take the free port before Jupyter does
-        port = free_port()
-        cmd = [sys.executable, "-m", "autograder.cli", "lab", *args, "--no-browser", f"--port={port}"]
-        with open(log_path, "a") as log:
-            proc = subprocess.Popen(cmd, cwd=course, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            deadline = time.monotonic() + SERVER_START_S
-            while proc.poll() is None and time.monotonic() < deadline and not server_answers(port, token):
-                time.sleep(0.5)
-            if proc.poll() is None and server_answers(port, token):
-                yield Lab(f"http://127.0.0.1:{port}", token, log_path)
-                return
-        finally:
-            stop(proc)
-    pytest.fail(f"`transformer-course lab {' '.join(args)}` did not answer; its log:\n{log_path.read_text()[-4000:]}")
+
+    def command(port: int) -> list[str]:
+        return [sys.executable, "-m", "autograder.cli", "lab", *args, "--no-browser", f"--port={port}"]
+
+    with jupyter_server(command, cwd=course, env=env, token=token, log=log_path,
+                        failure=f"`transformer-course lab {' '.join(args)}` did not answer") as port:
+        yield Lab(f"http://127.0.0.1:{port}", token, log_path)
 
 
 @pytest.fixture(scope="module")
@@ -101,12 +82,7 @@ def student_lab(tmp_path_factory):
 def instructor_lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("instructor-lab")
     course = tmp / "course"  # formgrader writes its gradebook.db into the course root: never the checkout's
-    for name in ("solutions", RELEASE, "helpers", "autograder", "nbgrader_config.py"):
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, course / name, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
-        else:
-            shutil.copyfile(source, course / name)
+    copy_course(course)
     yield from start_lab(tmp, ["--instructor"], course)
 
 

@@ -3,13 +3,13 @@ is current and leaks nothing, and the notebooks follow the course's conventions.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_env import copy_course
 from nbclient import NotebookClient
 
 from autograder import lesson_checks  # noqa: F401 - registers every check
@@ -89,12 +89,7 @@ def test_release_is_current_and_leaks_nothing():
 @pytest.mark.slow
 def test_release_check_writes_nothing_and_names_what_is_stale(tmp_path):
     course = tmp_path / "course"
-    for name in ("solutions", "notebooks", "helpers", "nbgrader_config.py", "autograder"):
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, course / name, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
-        else:
-            shutil.copyfile(src, course / name)
+    copy_course(course)
     reference = course / "helpers" / "reference" / "attention.py"
     reference.write_text(reference.read_text(encoding="utf-8") + "# edited by hand\n", encoding="utf-8")
     release_nb = course / RELEASE / LESSONS[0].assignment / LESSONS[0].filename

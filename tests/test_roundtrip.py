@@ -11,9 +11,7 @@ nbgrader's source, notebooks/ its release, as nbgrader_config.py arranges), neve
 """
 
 import json
-import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from harness import ROOT, edited, solution_answers
+from jupyter_env import copy_course, person_env
 
 from autograder.course import RELEASE
 from autograder.demo import MISTAKES, _with_answers
@@ -31,24 +30,10 @@ from autograder.reports import write_reports
 ASSIGNMENT = "03-self-attention"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 COURSE_ID = "transformer-course"
-BIN = str(Path(sys.executable).parent)
+#: nobody inherits the suite's Jupyter settings or course root
+OWN = ("JUPYTER*", "TRANSFORMER_COURSE_ROOT")
 CORRECT, MISTAKEN = "alice", "bob"
 BOB_EDITS = MISTAKES[ASSIGNMENT]["gus-no-scaling"]  # the head forgets to divide by sqrt(head_dim)
-
-
-def person_env(home: Path, **extra: str) -> dict[str, str]:
-    """Someone's own HOME and Jupyter folders (so nbgrader's cache of submissions is theirs)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER") and k != "TRANSFORMER_COURSE_ROOT"}
-    env.update(
-        HOME=str(home),
-        JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
-        JUPYTER_DATA_DIR=str(home / ".local" / "share" / "jupyter"),
-        JUPYTER_RUNTIME_DIR=str(home / ".local" / "share" / "jupyter" / "runtime"),
-        IPYTHONDIR=str(home / ".ipython"),
-        PATH=os.pathsep.join([BIN, os.environ.get("PATH", "")]),
-        **extra,
-    )
-    return env
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
@@ -65,15 +50,10 @@ def nbgrader(*args: str, cwd: Path, env: dict[str, str], exchange: Path) -> str:
 @pytest.mark.slow
 def test_release_submit_grade_and_feedback_round_trip(tmp_path):
     course, exchange = tmp_path / "course", tmp_path / "exchange"
-    for name in ("solutions", RELEASE, "helpers", "autograder", "nbgrader_config.py"):
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, course / name, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
-        else:
-            shutil.copyfile(source, course / name)
+    copy_course(course)
     exchange.mkdir(mode=0o777)
     exchange.chmod(0o777)
-    teacher = person_env(tmp_path / "instructor", TRANSFORMER_COURSE_ROOT=str(course))
+    teacher = person_env(tmp_path / "instructor", drop=OWN, TRANSFORMER_COURSE_ROOT=str(course))
 
     out = nbgrader("release_assignment", ASSIGNMENT, cwd=course, env=teacher, exchange=exchange)
     assert (exchange / COURSE_ID / "outbound" / ASSIGNMENT / NOTEBOOK).is_file(), out
@@ -83,7 +63,7 @@ def test_release_submit_grade_and_feedback_round_trip(tmp_path):
     for student, mine in answers.items():
         home = homes[student] = tmp_path / student
         home.mkdir()
-        env = person_env(home)
+        env = person_env(home, drop=OWN)
         nbgrader("fetch_assignment", ASSIGNMENT, f"--course={COURSE_ID}", cwd=home, env=env, exchange=exchange)
         path = home / ASSIGNMENT / NOTEBOOK
         fetched = json.loads(path.read_text(encoding="utf-8"))
@@ -129,7 +109,7 @@ def test_release_submit_grade_and_feedback_round_trip(tmp_path):
     pages = {}
     for student, home in homes.items():
         out = nbgrader("fetch_feedback", ASSIGNMENT, f"--course={COURSE_ID}", f"--student={student}",
-                       cwd=home, env=person_env(home), exchange=exchange)
+                       cwd=home, env=person_env(home, drop=OWN), exchange=exchange)
         fetched = sorted((home / ASSIGNMENT / "feedback").rglob("*.html"))
         assert [p.name for p in fetched] == [f"{ASSIGNMENT}.html"], out
         pages[student] = fetched[0].read_text(encoding="utf-8")
