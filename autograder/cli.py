@@ -273,6 +273,7 @@ def cmd_lab(args) -> int:
 def cmd_demo(args) -> int:
     from autograder.batch import grade_class
     from autograder.demo import build_demo_class
+    from autograder.limits import course_limits
     from autograder.reports import summary
     from autograder.runner import Limits
 
@@ -282,7 +283,8 @@ def cmd_demo(args) -> int:
     try:
         submitted = build_demo_class(root, base / "submitted")
         print(f"demo class written to {submitted}; grading with {args.jobs} jobs ...", file=sys.stderr)
-        limits = Limits(wall_s=300, cell_s=20)
+        # the limits `grade` uses by default: measured from the course's own solutions
+        limits = course_limits(root, None, Limits(), "auto", base / "graded" / ".cache", jobs=args.jobs)
         frame = grade_class(root, submitted, base / "graded", jobs=args.jobs, limits=limits)
         print(frame[["student_id", "assignment", "exercise", "score", "max_score", "status"]].to_string(index=False))
         print()

@@ -34,14 +34,14 @@ from autograder.demo import _answer, _with_answers
 LOOP = "\nimport time\nwhile True:  # retry until it works\n    try:\n        time.sleep(0.01)\n    except:  # noqa: E722\n        pass\n"
 
 
-def build_class(root: Path, folder: Path, students: int, every: int, first: int | None = None) -> dict[str, str]:
+def build_class(root: Path, folder: Path, students: int, every: int, n_lessons: int | None = None) -> dict[str, str]:
     """Write the class; returns {student: "extra" | "answer" | "none"}, where their loops are."""
     kinds = {}
     for n in range(students):
         kind = "none" if n % every else ("extra" if (n // every) % 2 == 0 else "answer")
         student = f"s{n:02d}-{kind}"
         kinds[student] = kind
-        for lesson in lessons(root)[:first]:
+        for lesson in lessons(root)[:n_lessons]:
             release = json.loads((root / RELEASE / lesson.assignment / lesson.filename).read_text(encoding="utf-8"))
             answers = {nbgrader_meta(c)["grade_id"]: _answer(cell_source(c), [])
                        for c in lesson.notebook["cells"] if nbgrader_meta(c).get("solution")}
@@ -71,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         kinds = build_class(root, Path(tmp) / "submitted", args.students, args.every, args.lessons)
         out = Path(tmp) / "graded"
         start = time.perf_counter()
+        chosen = [arg for les in lessons(root)[:args.lessons] for arg in ("--assignment", les.assignment)]
         done = subprocess.run([sys.executable, "-m", "autograder.cli", "grade", str(Path(tmp) / "submitted"),
-                               "--out", str(out), "--jobs", str(args.jobs)], capture_output=True, text=True)
+                               "--out", str(out), "--jobs", str(args.jobs), *(chosen if args.lessons else [])],
+                              capture_output=True, text=True)
         wall = time.perf_counter() - start
         if done.returncode != 0:
             raise SystemExit(done.stdout[-2000:] + done.stderr[-3000:])
