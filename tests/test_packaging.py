@@ -45,5 +45,5 @@ def test_ci_pins_torch_and_runs_the_readme_test_command():
     setup = (ROOT / "setup.sh").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "torch==2.13.0" in setup and "./setup.sh --dev" in ci
-    command = ".venv/bin/python -m pytest"
+    command = ".venv/bin/python -m pytest -n auto"
     assert command in readme and command in ci
