@@ -18,6 +18,18 @@ def pytest_generate_tests(metafunc):
     generate_catalogue_tests(metafunc)  # one test per entry of a lesson's catalogue (tests/harness.py)
 
 
+# The longest test files (minutes each on 2 cores) run first: the test command (`-n auto --dist
+# loadfile`) hands whole files to the workers in this order, so the run does not end with one
+# worker busy on a long file while the other waits. Only the order changes.
+LONGEST_FIRST = ("test_lesson08.py", "test_lesson07.py", "test_lesson09.py", "test_grading.py",
+                 "test_notebooks.py", "test_lesson10.py", "test_book.py", "test_lesson06.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
 # the real browser (tests/chromium.py) that tests/test_browser.py and
 # tests/test_labs_browser.py drive
 @pytest.fixture(scope="module")
