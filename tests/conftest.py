@@ -18,11 +18,16 @@ def pytest_generate_tests(metafunc):
     generate_catalogue_tests(metafunc)  # one test per entry of a lesson's catalogue (tests/harness.py)
 
 
-# The longest test files (minutes each on 2 cores) run first: the test command (`-n auto --dist
-# loadfile`) hands whole files to the workers in this order, so the run does not end with one
-# worker busy on a long file while the other waits. Only the order changes.
+# The longest test files run first, longest to shortest (minutes, then tens of seconds, on 2
+# cores); the quick ones fill in at the end. The test command (`-n auto --dist loadfile`) hands
+# whole files to the workers in this order, so the run does not end with one worker busy on a long
+# file while the other waits. Only the order changes.
 LONGEST_FIRST = ("test_lesson08.py", "test_lesson07.py", "test_lesson09.py", "test_grading.py",
-                 "test_notebooks.py", "test_lesson10.py", "test_book.py", "test_lesson06.py")
+                 "test_notebooks.py", "test_lesson10.py", "test_book.py", "test_lesson06.py",
+                 "test_lesson04.py", "test_lesson03.py", "test_lesson05.py", "test_lesson02.py",
+                 "test_lesson01.py", "test_adversarial.py", "test_labs_browser.py", "test_roundtrip.py",
+                 "test_stuck_cells.py", "test_browser.py", "test_contributing.py", "test_shards.py",
+                 "test_dask.py", "test_selfcheck_kernel.py", "test_limits.py")
 
 
 def pytest_collection_modifyitems(items):
