@@ -3,9 +3,6 @@
 Shape legend: B batch, T sequence length, C embedding size (emb_dim). Every input is chosen so
 that no two of its dimensions are equal. The classic mistakes, as what each would compute, are
 in ``transformer_layer_mistakes``.
-
-The reference is imported inside the judges only: the probes never need it, and this module can
-be imported (as every check module is, to fill the registry) before the reference is generated.
 """
 
 from __future__ import annotations
