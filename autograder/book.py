@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from autograder.catalogue import FILENAME as CATALOGUE
 from autograder.course import (
     SOLUTIONS,
     CourseError,
@@ -284,7 +285,7 @@ def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool,
         folder = src / lesson.assignment
         shutil.copytree(
             lesson.path.parent, folder,
-            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.ipynb"),
+            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.ipynb", CATALOGUE),
         )
         nb = book_notebook(lesson.notebook, defaults)
         (folder / lesson.filename).write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")

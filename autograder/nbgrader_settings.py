@@ -6,6 +6,8 @@ Each setting below exists because nbgrader's default hurts a PyTorch course:
   answer that triggers a torch ``UserWarning`` would lose its points. Warnings are shown, never scored.
 * ``OverwriteCells.add_missing_cells``: a test cell the student deleted is put back and run,
   instead of leaving the exercise as "needs manual grade".
+* ``CourseDirectory.ignore``: each lesson's ``catalogue.toml`` (its mistakes, written as edits of
+  the solution) stays out of the release, which otherwise takes every file beside the notebook.
 * ``Execute.timeout``: a cell that runs longer than this is stopped, so one infinite loop cannot
   hang a whole grading run.
 """
@@ -21,6 +23,7 @@ def configure(c) -> None:
     c.CourseDirectory.autograded_directory = "autograded"
     c.CourseDirectory.feedback_directory = "feedback"
     c.CourseDirectory.course_id = "transformer-course"
+    c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "catalogue.toml"]
     c.IgnorePattern.enabled = True
     c.IgnorePattern.pattern = r"[\s\S]"  # any stderr output: warnings never cost points
     c.OverwriteCells.add_missing_cells = True

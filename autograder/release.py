@@ -115,6 +115,9 @@ def find_leaks(root: Path, release_dir: Path) -> list[str]:
         if not released.exists():
             leaks.append(f"{lesson.assignment}: no release notebook {released.name}")
             continue
+        extra = sorted(p.name for p in released.parent.rglob("*") if p.is_file() and p != released)
+        if extra:
+            leaks.append(f"{lesson.assignment}: only the notebook is released, not {', '.join(extra)}")
         release_cells = json.loads(released.read_text(encoding="utf-8"))["cells"]
         release_lines = {line.strip() for c in release_cells for line in cell_source(c).splitlines()}
         release_text = "\n".join(cell_source(c) for c in release_cells)

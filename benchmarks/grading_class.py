@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 
 from autograder.batch import grade_class
-from autograder.course import RELEASE, cell_source, find_course_root, lessons, nbgrader_meta
-from autograder.demo import MISTAKES, _answer, _with_answers
+from autograder.catalogue import load_catalogue, with_answers
+from autograder.course import RELEASE, find_course_root, lessons
+from autograder.demo import demo_mistakes
 from autograder.merge import merge_shards
 from autograder.runner import Limits, shutdown
 
@@ -41,17 +42,13 @@ def build_class(root: Path, folder: Path, n: int) -> Path:
     """``n`` students, cycling through the kinds of submission."""
     (lesson,) = [le for le in lessons(root) if le.assignment == ASSIGNMENT]
     release_nb = json.loads((root / RELEASE / ASSIGNMENT / lesson.filename).read_text(encoding="utf-8"))
-    solution = {
-        nbgrader_meta(c).get("grade_id"): cell_source(c) for c in lesson.notebook["cells"] if nbgrader_meta(c).get("solution")
-    }
-    full = {gid: _answer(src, []) for gid, src in solution.items()}
+    full = lesson.solution_answers()
     first = next(iter(full))
-    kinds = [("correct", _with_answers(release_nb, full))]
-    for name, edits in MISTAKES[ASSIGNMENT].items():
-        answers = {**full, **{gid: _answer(solution[gid], e) for gid, e in edits.items()}}
-        kinds.append((name.split("-", 1)[1], _with_answers(release_nb, answers)))
+    kinds = [("correct", with_answers(release_nb, full))]
+    for name, mistake in demo_mistakes(root)[ASSIGNMENT].items():
+        kinds.append((name.split("-", 1)[1], with_answers(release_nb, load_catalogue(lesson).answers(mistake))))
     kinds.append(("blank", release_nb))
-    kinds.append(("raises", _with_answers(release_nb, {**full, first: "raise RuntimeError('broken')\n" + full[first]})))
+    kinds.append(("raises", with_answers(release_nb, {**full, first: "raise RuntimeError('broken')\n" + full[first]})))
     for i in range(n):
         name, notebook = kinds[i % len(kinds)]
         target = folder / f"s{i:04d}-{name}" / ASSIGNMENT / lesson.filename

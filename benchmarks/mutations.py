@@ -13,8 +13,8 @@ cells on each, exactly as a student's notebook would (the checks judge in-proces
   a term of a sum, an update (``x = layer(x)``), a statement (``model.train()``); float
   constants doubled. Deterministic (``--seed``),
   deduplicated, at most ``--limit`` per exercise, mutants that do not compile are skipped;
-* the course's own catalogue, ``MISTAKES`` of ``tests/test_lessonNN.py``, built with
-  ``tests/harness.py`` (``edited``).
+* the course's own catalogue, the mistakes of ``solutions/*/catalogue.toml``
+  (read by ``autograder/catalogue.py``).
 
 Each mutant runs in a forked child of a process that has already executed the notebook's code
 cells before the exercise's answer cell (``TRANSFORMER_COURSE_QUICK=1``: lessons 07 and 08 take
@@ -43,7 +43,6 @@ import ast
 import copy
 import difflib
 import functools
-import importlib
 import json
 import linecache
 import multiprocessing
@@ -60,13 +59,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's helpers, autograder and harness
+sys.path[:0] = [str(ROOT)]  # this checkout's helpers and autograder
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TRANSFORMER_COURSE_QUICK", "1")
 
+from autograder.catalogue import CatalogueError, answers_with, load_catalogue  # noqa: E402
 from autograder.course import SOLUTION_MARKER as MARKER  # noqa: E402
-from autograder.course import cell_source, lessons, nbgrader_meta  # noqa: E402
-from autograder.demo import _answer  # noqa: E402
+from autograder.course import cell_source, lessons, nbgrader_meta, without_solution_markers  # noqa: E402
 
 HIDDEN_MARKER = re.compile(r"^\s*### (BEGIN|END) HIDDEN TESTS\s*$", re.M)
 MAGIC = re.compile(r"^\s*[%!]")
@@ -383,8 +382,8 @@ def student_lines(raw: str) -> tuple[str, set[int]]:
         inside, pos = match.group(1) == "BEGIN", match.end()
     segments.append((raw[pos:], inside))
     text = "".join(seg for seg, _ in segments)
-    if text != _answer(raw, []):  # the markers are laid out in a way this reader does not follow
-        text = _answer(raw, [])
+    if text != without_solution_markers(raw):  # the markers are laid out in a way this reader does not follow
+        text = without_solution_markers(raw)
         return text, set(range(1, text.count("\n") + 2))
     lines, line = set(), 1
     for seg, inside in segments:
@@ -425,33 +424,31 @@ def _diff(before: str, after: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _catalogue_module(number: str):
+def _catalogue(assignment: str):
+    (les,) = [le for le in lessons(ROOT) if le.assignment == assignment]
     try:
-        return importlib.import_module(f"test_lesson{number}")
-    except ModuleNotFoundError:
-        return None
-    except Exception as exc:  # noqa: BLE001 - a test file being edited: say so, run the rest
-        print(f"note: tests/test_lesson{number}.py cannot be imported ({type(exc).__name__}: {exc}); "
-              "no catalogue for this lesson", file=sys.stderr)
+        return load_catalogue(les)
+    except CatalogueError as exc:  # a catalogue being edited: say so, run the rest
+        print(f"note: the catalogue of {assignment} cannot be read ({exc}); no catalogue mutants", file=sys.stderr)
         return None
 
 
 def catalogue_mutants(assignment: str, exercise: str) -> list[Mutant]:
-    tests = _catalogue_module(assignment[:2])
-    if tests is None:
+    catalogue = _catalogue(assignment)
+    if catalogue is None:
         return []
-    harness = importlib.import_module("harness")
+    before = catalogue.lesson.solution_answers()[exercise]
     found = []
-    for name, entry in getattr(tests, "MISTAKES", {}).items():
-        if entry[0] != exercise:
+    for name, mistake in catalogue.mistakes.items():
+        if mistake.exercise != exercise:
             continue
         try:  # ``also`` (edits of other exercises) does not change this exercise's own answer
-            source = harness.edited(assignment, exercise, entry[1])[exercise]
-        except ValueError as exc:
-            found.append(Mutant("catalogue", name, "", words=entry[2], result={"outcome": "stale", "message": str(exc)}))
+            source = answers_with(catalogue.lesson, {exercise: mistake.edits})[exercise]
+        except CatalogueError as exc:
+            found.append(Mutant("catalogue", name, "", words=mistake.feedback_says,
+                                result={"outcome": "stale", "message": str(exc)}))
             continue
-        before = harness.solution_answers(assignment)[exercise]
-        found.append(Mutant("catalogue", name, source, _text_diff(before, source), words=entry[2]))
+        found.append(Mutant("catalogue", name, source, _text_diff(before, source), words=mistake.feedback_says))
     return found
 
 
@@ -596,7 +593,7 @@ def _run_lesson(task: dict, results: dict, notes: list) -> None:
     for i, cell in enumerate(cells[: last + 1]):
         gid = cell["grade_id"]
         if cell["solution"]:
-            answer = _answer(cell["source"], [])
+            answer = without_solution_markers(cell["source"])
             if gid in task["mutants"]:
                 tests = tests_of.get(gid, [])
                 baseline = _run_forked(namespace, answer, tests, task["timeout"], task["tmp"])

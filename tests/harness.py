@@ -1,4 +1,5 @@
-"""Shared tools for the lesson tests: build submissions from the solution and grade them.
+"""Shared tools for the lesson tests: grade a lesson's catalogue (``solutions/*/catalogue.toml``,
+read by ``autograder/catalogue.py``) and check every row.
 
 A *mistake* is a list of ``(old, new)`` text edits applied to one exercise's solution cell; an
 *alternative* is a full, differently written, correct answer. Both become notebooks in
@@ -7,59 +8,37 @@ nbgrader's layout and go through the real grader, exactly as a class's submissio
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from autograder.batch import grade_class
+from autograder.catalogue import Catalogue, load_catalogue, with_answers
 from autograder.course import RELEASE, cell_source, load_lesson, nbgrader_meta
-from autograder.demo import _answer, _with_answers
 from autograder.runner import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = Limits(wall_s=300, cell_s=30)
 
 
+@functools.cache
 def lesson(assignment: str):
     (path,) = sorted((ROOT / "solutions" / assignment).glob("*.ipynb"))
     return load_lesson(path, assignment)
 
 
+@functools.cache
+def catalogue(assignment: str) -> Catalogue:
+    """The lesson's ``solutions/<assignment>/catalogue.toml``."""
+    return load_catalogue(lesson(assignment))
+
+
 def solution_answers(assignment: str) -> dict[str, str]:
     """The solution's answer cells, markers removed, by grade_id."""
-    nb = lesson(assignment).notebook
-    return {
-        nbgrader_meta(c)["grade_id"]: _answer(cell_source(c), [])
-        for c in nb["cells"]
-        if nbgrader_meta(c).get("solution")
-    }
-
-
-def edited(assignment: str, exercise: str, edits: list[tuple[str, str]],
-           also: dict[str, list[tuple[str, str]]] | None = None) -> dict[str, str]:
-    """All solution answers, with ``edits`` applied to ``exercise`` (each ``old`` must occur).
-
-    ``also``: edits of other exercises that keep them correct but make them lean on ``exercise``
-    (lesson 03's head calling the notebook's ``apply_causal_mask``, say), so that a catalogue entry
-    can show that a mistake still costs only its own exercise when the rest of the notebook uses it.
-    """
-    answers = solution_answers(assignment)
-    raw = {nbgrader_meta(c)["grade_id"]: cell_source(c) for c in lesson(assignment).notebook["cells"]
-           if nbgrader_meta(c).get("solution")}
-    for other, other_edits in (also or {}).items():
-        if other == exercise:
-            raise ValueError(f"{other}: put the mistake's own edits in ``edits``")
-        answers[other] = _answer(raw[other], other_edits)
-    answers[exercise] = _answer(raw[exercise], edits)
-    return answers
-
-
-def mistake_submissions(assignment: str, mistakes: dict) -> dict[str, dict[str, str]]:
-    """``{name: answers}`` for a catalogue ``{name: (exercise, edits, words[, also])}``."""
-    return {name: edited(assignment, entry[0], entry[1], *entry[3:]) for name, entry in mistakes.items()}
+    return lesson(assignment).solution_answers()
 
 
 def grade_submissions(assignment: str, submissions: dict[str, dict[str, str]], tmp: Path, jobs: int = 2):
@@ -70,7 +49,7 @@ def grade_submissions(assignment: str, submissions: dict[str, dict[str, str]], t
     for student, answers in submissions.items():
         target = submitted / student / assignment / les.filename
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(_with_answers(release, answers)), encoding="utf-8")
+        target.write_text(json.dumps(with_answers(release, answers)), encoding="utf-8")
     return grade_class(ROOT, submitted, tmp / "graded", jobs=jobs, limits=LIMITS, only=[assignment], progress=False)
 
 
@@ -107,35 +86,10 @@ def assert_costs_only_its_exercise(graded, student: str, exercise: str, words: s
 # The standard tests of a lesson's catalogue, written once
 
 
-@dataclass(frozen=True)
-class Catalogue:
-    """A lesson's catalogue: what its tests grade and what each submission must get.
-
-    ``mistakes``: ``{name: (exercise, edits, words[, also])}``, each loses exactly its exercise
-    and is named by ``words``; ``hidden_only``: the same, for mistakes that only the hidden tests
-    can see (they lose the hidden points); ``alternatives``: ``{name: {exercise: source}}``,
-    correct answers written differently, each with full marks.
-    """
-
-    assignment: str
-    mistakes: dict
-    alternatives: dict
-    hidden_only: dict = field(default_factory=dict)
-    #: ``{exercise: {words of a "must" sentence of its task: [mistakes that break it]}}``
-    requirements: dict = field(default_factory=dict)
-
-    def submissions(self) -> dict[str, dict[str, str]]:
-        subs = mistake_submissions(self.assignment, {**self.mistakes, **self.hidden_only})
-        for name, answers in self.alternatives.items():
-            subs[name] = {**solution_answers(self.assignment), **{k: v.strip() + "\n" for k, v in answers.items()}}
-        subs["correct"] = solution_answers(self.assignment)
-        return subs
-
-
 class CatalogueTests:
-    """Subclass in a lesson's test module with ``catalogue = Catalogue(...)``: its submissions are
-    graded once (by the real grader), then one test per mistake, hidden-only mistake and
-    alternative (``conftest.pytest_generate_tests`` spreads the names)."""
+    """Subclass in a lesson's test module with ``catalogue = catalogue(assignment)``: its
+    submissions are graded once (by the real grader), then one test per mistake, hidden-only
+    mistake and alternative (``conftest.pytest_generate_tests`` spreads the names)."""
 
     catalogue: Catalogue
 
@@ -147,7 +101,7 @@ class CatalogueTests:
     def test_every_must_in_an_exercise_is_checked(self):
         """Each "must" / "do not" sentence of an exercise's task names a requirement, and a
         catalogued mistake that breaks it (which the slow tests prove is caught and named)."""
-        entries = {**self.catalogue.mistakes, **self.catalogue.hidden_only}
+        entries = self.catalogue.entries()
         stated = requirement_sentences(self.catalogue.assignment)
         for exercise, sentences in stated.items():
             declared = self.catalogue.requirements.get(exercise, {})
@@ -159,13 +113,16 @@ class CatalogueTests:
                 names = [names] if isinstance(names, str) else names
                 assert names, f"{exercise}: {key!r} has no mistake behind it"
                 for name in names:
-                    assert name in entries and entries[name][0] == exercise, f"{exercise}: {name!r} is not its mistake"
+                    assert name in entries and entries[name].exercise == exercise, f"{exercise}: {name!r} is not its mistake"
         assert set(self.catalogue.requirements) <= set(stated), "requirements of exercises that state none"
 
     def test_catalogue_names_at_least_three_mistakes_per_exercise(self):
-        mistakes = list(self.catalogue.mistakes.values())
-        for exercise in lesson(self.catalogue.assignment).exercises:
-            assert sum(entry[0] == exercise for entry in mistakes) >= 3, exercise
+        for exercise in self.catalogue.lesson.exercises:
+            assert sum(m.exercise == exercise for m in self.catalogue.mistakes.values()) >= 3, exercise
+
+    def test_every_exercise_has_a_correct_alternative(self):
+        for exercise in self.catalogue.lesson.exercises:
+            assert any(exercise in answers for answers in self.catalogue.alternatives.values()), exercise
 
     @pytest.mark.slow
     def test_solution_gets_full_marks(self, graded):
@@ -174,8 +131,8 @@ class CatalogueTests:
 
     @pytest.mark.slow
     def test_mistake_loses_exactly_its_exercise(self, graded, mistake):
-        exercise, _, words, *_ = self.catalogue.mistakes[mistake]
-        assert_costs_only_its_exercise(graded, mistake, exercise, words)
+        m = self.catalogue.mistakes[mistake]
+        assert_costs_only_its_exercise(graded, mistake, m.exercise, m.feedback_says)
 
     @pytest.mark.slow
     def test_alternative_correct_answers_get_full_marks(self, graded, alternative):
@@ -210,9 +167,9 @@ class HiddenOnlyTests(CatalogueTests):
 
     @pytest.mark.slow
     def test_hidden_only_mistake_loses_the_hidden_points(self, graded, hidden_only):
-        exercise, _, words, *_ = self.catalogue.hidden_only[hidden_only]
-        hidden = sum(t.points for t in lesson(self.catalogue.assignment).exercises[exercise].tests if t.hidden)
-        assert_costs_only_its_exercise(graded, hidden_only, exercise, words, lost=hidden)
+        m = self.catalogue.hidden_only[hidden_only]
+        hidden = sum(t.points for t in self.catalogue.lesson.exercises[m.exercise].tests if t.hidden)
+        assert_costs_only_its_exercise(graded, hidden_only, m.exercise, m.feedback_says, lost=hidden)
 
 
 def generate_catalogue_tests(metafunc) -> None:

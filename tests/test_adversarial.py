@@ -16,8 +16,8 @@ import pytest
 from harness import ROOT, solution_answers
 
 from autograder.batch import grade_class
+from autograder.catalogue import with_answers
 from autograder.course import nbgrader_meta
-from autograder.demo import _with_answers
 from autograder.runner import Limits
 from autograder.sandbox import bwrap_works
 
@@ -157,7 +157,7 @@ def notebook(mask=None, head=None):
         answers["causal-mask"] = mask
     if head is not None:
         answers["attention-head"] = head
-    return _with_answers(RELEASE, answers)
+    return with_answers(RELEASE, answers)
 
 
 def structural_cases(submitted):

@@ -134,6 +134,12 @@ def book(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+def test_no_catalogue_is_in_the_book(book):
+    """The catalogues quote the solutions' lines; the book folds the solutions, it does not ship them raw."""
+    assert not list(book.parent.rglob("catalogue.toml"))
+
+
+@pytest.mark.slow
 def test_one_page_per_lesson_and_an_index_in_order(book):
     pages = sorted(p.relative_to(book) for p in book.glob("*/*.html") if not p.parent.name.startswith("_"))
     assert pages == sorted(page_of(book, lesson).relative_to(book) for lesson in LESSONS)

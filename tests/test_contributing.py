@@ -2,10 +2,11 @@
 
 A copy of the course gets a toy lesson written the way CONTRIBUTING says (course metadata, a
 first cell that states its run time, an exercise of four cells with climbing hints, a check with
-a probe and a judge in ``helpers/checks/``, the self-check cell at the end). Then, in that copy:
-``release`` generates the student's notebook and the reference module, nbgrader validates the
-solution, ``validate --invert`` finds no test passing on the blank release, the self-check
-passes the solution, and grading gives the solution full marks and the blank none. If a rule of
+a probe and a judge in ``helpers/checks/``, the self-check cell at the end, a catalogue beside
+the notebook). Then, in that copy: ``release`` generates the student's notebook and the reference
+module and leaves the catalogue out, nbgrader validates the solution, ``validate --invert`` finds
+no test passing on the blank release, the self-check passes the solution, and grading gives the
+solution full marks, the blank none, and the catalogue's mistake none, with its words. If a rule of
 CONTRIBUTING no longer matches what the tools do, this test is where it shows.
 """
 
@@ -21,6 +22,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from jupyter_env import copy_course
+
+from autograder.catalogue import load_catalogue, with_answers
+from autograder.course import load_lesson
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = str(Path(sys.executable).parent)
@@ -75,6 +79,19 @@ def _judge(cases):
 check_center = Check("check_center", _probe(CASES), _judge(CASES))
 check_center_hidden = Check("check_center_hidden", _probe(HIDDEN_CASES), _judge(HIDDEN_CASES), hidden=True)
 '''
+
+
+CATALOGUE = """[mistakes.whole-tensor-mean]
+exercise = "center"
+feedback_says = "mean of the whole tensor"
+edits = [["x.mean(dim=-1, keepdim=True)", "x.mean()"]]
+
+[alternatives.keepdim-by-hand]
+center = '''
+def center(x):
+    return x - x.mean(dim=-1).unsqueeze(-1)
+'''
+"""
 
 
 def _cell(kind: str, source: str, cell_id: str, nbgrader: dict | None = None, tags: list | None = None) -> dict:
@@ -139,6 +156,7 @@ def course(tmp_path_factory) -> Path:
     folder = course / "solutions" / A
     folder.mkdir(parents=True)
     (folder / f"{A}.ipynb").write_text(json.dumps(toy_notebook(), indent=1) + "\n", encoding="utf-8")
+    (folder / "catalogue.toml").write_text(CATALOGUE, encoding="utf-8")
     (course / "notebooks").mkdir()
     return course
 
@@ -157,6 +175,7 @@ def test_a_lesson_written_as_contributing_says_goes_through_every_tool(course, t
     assert release.is_file() and "x.mean(dim=-1" not in release.read_text(encoding="utf-8")
     reference = (course / "helpers" / "reference" / "toy.py").read_text(encoding="utf-8")
     assert "def center" in reference and "### BEGIN" not in reference
+    assert sorted(p.name for p in release.parent.iterdir()) == [release.name], "only the notebook is released"
 
     solution = course / "solutions" / A / f"{A}.ipynb"
     done = run(course, "-m", "nbgrader", "validate", str(solution))
@@ -171,9 +190,15 @@ def test_a_lesson_written_as_contributing_says_goes_through_every_tool(course, t
     for student, source in (("ada", solution), ("ben", release)):
         (submitted / student / A).mkdir(parents=True)
         shutil.copyfile(source, submitted / student / A / f"{A}.ipynb")
+    catalogue = load_catalogue(load_lesson(solution, A))
+    mistaken = with_answers(json.loads(release.read_text(encoding="utf-8")),
+                            catalogue.answers(catalogue.mistakes["whole-tensor-mean"]))
+    (submitted / "cal" / A).mkdir(parents=True)
+    (submitted / "cal" / A / f"{A}.ipynb").write_text(json.dumps(mistaken), encoding="utf-8")
     done = run(course, "-m", "autograder.cli", "grade", str(submitted), "--out", str(tmp_path / "graded"),
                "--timeout", "60", "--cell-timeout", "20")
     assert done.returncode == 0, done.stdout + done.stderr
     grades = pd.read_csv(tmp_path / "graded" / "grades.csv").set_index("student_id")
     assert (grades.loc["ada", "score"], grades.loc["ada", "max_score"]) == (2, 2), grades
     assert grades.loc["ben", "score"] == 0 and grades.loc["ben", "status"] == "failed", grades
+    assert grades.loc["cal", "score"] == 0 and "mean of the whole tensor" in grades.loc["cal", "message"], grades

@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import ROOT, edited, solution_answers
+from harness import ROOT, catalogue, solution_answers
 from jupyter_env import copy_course, person_env
 
+from autograder.catalogue import with_answers
 from autograder.course import RELEASE
-from autograder.demo import MISTAKES, _with_answers
 from autograder.grading import ExerciseResult, NotebookResult
 from autograder.grading import TestResult as CellResult
 from autograder.reports import write_reports
@@ -33,7 +33,7 @@ COURSE_ID = "transformer-course"
 #: nobody inherits the suite's Jupyter settings or course root
 OWN = ("JUPYTER*", "TRANSFORMER_COURSE_ROOT")
 CORRECT, MISTAKEN = "alice", "bob"
-BOB_EDITS = MISTAKES[ASSIGNMENT]["gus-no-scaling"]  # the head forgets to divide by sqrt(head_dim)
+BOB_MISTAKE = catalogue(ASSIGNMENT).mistakes["head-no-scaling"]  # the head forgets to divide by sqrt(head_dim)
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
@@ -58,7 +58,7 @@ def test_release_submit_grade_and_feedback_round_trip(tmp_path):
     out = nbgrader("release_assignment", ASSIGNMENT, cwd=course, env=teacher, exchange=exchange)
     assert (exchange / COURSE_ID / "outbound" / ASSIGNMENT / NOTEBOOK).is_file(), out
 
-    answers = {CORRECT: solution_answers(ASSIGNMENT), MISTAKEN: edited(ASSIGNMENT, *next(iter(BOB_EDITS.items())))}
+    answers = {CORRECT: solution_answers(ASSIGNMENT), MISTAKEN: catalogue(ASSIGNMENT).answers(BOB_MISTAKE)}
     homes = {}
     for student, mine in answers.items():
         home = homes[student] = tmp_path / student
@@ -68,7 +68,7 @@ def test_release_submit_grade_and_feedback_round_trip(tmp_path):
         path = home / ASSIGNMENT / NOTEBOOK
         fetched = json.loads(path.read_text(encoding="utf-8"))
         assert fetched == json.loads((ROOT / RELEASE / ASSIGNMENT / NOTEBOOK).read_text(encoding="utf-8"))
-        path.write_text(json.dumps(_with_answers(fetched, mine), indent=1), encoding="utf-8")
+        path.write_text(json.dumps(with_answers(fetched, mine), indent=1), encoding="utf-8")
         done = subprocess.run([sys.executable, "-m", "nbgrader", "validate", str(path)], cwd=home, env=env,
                               capture_output=True, text=True, timeout=600)
         report = done.stdout + done.stderr

@@ -13,8 +13,8 @@ import time
 import pytest
 from harness import ROOT, solution_answers
 
+from autograder.catalogue import with_answers
 from autograder.course import load_lesson
-from autograder.demo import _with_answers
 from autograder.grading import grade_notebook, judge_test
 from autograder.runner import Limits, Step, run_steps
 
@@ -85,7 +85,7 @@ def test_a_stuck_mask_leaves_the_head_that_uses_it_gradable(tmp_path):
     course's own answer on the rerun, the head is graded on its own merits."""
     head = ANSWERS["attention-head"].replace('scores.masked_fill(future, float("-inf"))', "apply_causal_mask(scores)")
     assert head != ANSWERS["attention-head"]
-    notebook = _with_answers(RELEASE, dict(ANSWERS, **{"causal-mask": SWALLOW, "attention-head": head}))
+    notebook = with_answers(RELEASE, dict(ANSWERS, **{"causal-mask": SWALLOW, "attention-head": head}))
     exercises, _ = graded(tmp_path, notebook)
     assert exercises["causal-mask"].status == "timeout" and exercises["causal-mask"].score == 0
     assert exercises["attention-head"].status == "passed", [t.message for t in exercises["attention-head"].tests]
@@ -93,7 +93,7 @@ def test_a_stuck_mask_leaves_the_head_that_uses_it_gradable(tmp_path):
 
 @pytest.mark.slow
 def test_a_stuck_answer_costs_only_its_exercise(tmp_path):
-    notebook = _with_answers(RELEASE, dict(ANSWERS, **{"attention-head": SWALLOW}))
+    notebook = with_answers(RELEASE, dict(ANSWERS, **{"attention-head": SWALLOW}))
     exercises, elapsed = graded(tmp_path, notebook)
     assert exercises["causal-mask"].status == "passed"
     head = exercises["attention-head"]
@@ -104,7 +104,7 @@ def test_a_stuck_answer_costs_only_its_exercise(tmp_path):
 
 @pytest.mark.slow
 def test_a_stuck_extra_cell_costs_nothing_when_nothing_needs_it(tmp_path):
-    notebook = _with_answers(RELEASE, ANSWERS)
+    notebook = with_answers(RELEASE, ANSWERS)
     extra = {"cell_type": "code", "metadata": {}, "source": SWALLOW, "outputs": [], "execution_count": None}
     cells = copy.deepcopy(notebook["cells"])
     at = next(i for i, c in enumerate(cells) if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "causal-mask")
