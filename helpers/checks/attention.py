@@ -22,11 +22,10 @@ from helpers.checks.causal import (
     legend,
     load_known,
     run_causal,
-    runs_of,
     settled,
     student_case,
 )
-from helpers.checks.core import Check, CheckFailed, close, describe, first_mismatch
+from helpers.checks.core import Check, CheckFailed, close, expect_callable, first_mismatch, runs
 from helpers.checks.diagnose import explain_mismatch
 from helpers.reference import attention as ref
 
@@ -45,8 +44,7 @@ def _scores(seed: int, batch: tuple, T: int, dtype: torch.dtype) -> torch.Tensor
 
 def _probe_mask(cases):
     def probe(apply_causal_mask) -> dict:
-        if not callable(apply_causal_mask):
-            raise CheckFailed(f"expected the function apply_causal_mask, got {describe(apply_causal_mask)}")
+        expect_callable(apply_causal_mask, "apply_causal_mask")
         runs = []
         for case in cases:
             scores, batch = _scores(*case), case[1]
@@ -62,7 +60,7 @@ def _probe_mask(cases):
 
 def _judge_mask(cases):
     def judge(data: dict) -> str:
-        for (seed, batch, T, dtype), run in zip(cases, runs_of(data, cases), strict=True):
+        for (seed, batch, T, dtype), run in zip(cases, runs(data, len(cases)), strict=True):
             scores = _scores(seed, batch, T, dtype)
             shape = tuple(scores.shape)
             what = f"apply_causal_mask(scores) for scores of shape {shape}"
@@ -209,7 +207,7 @@ def head_variants(weights, x, hs: int) -> dict[str, torch.Tensor]:
 
 def _judge_head(cases):
     def judge(data: dict) -> str:
-        for (seed, batch, T, C, hs, dtype), run in zip(cases, runs_of(data, cases), strict=True):
+        for (seed, batch, T, C, hs, dtype), run in zip(cases, runs(data, len(cases)), strict=True):
             weights, x, _ = _head_inputs(seed, batch, T, C, hs, dtype)
             what = f"AttentionHead(emb_dim={C}, head_dim={hs}) on x of shape {tuple(x.shape)}"
             if run.get("x_changed") is not False:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from helpers.checks import kv_cache
-from helpers.checks.core import CheckFailed, describe, visible_and_hidden
+from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.kv_cache import causal_with_past, known_good_forward_cached, small_model
 
@@ -62,8 +62,7 @@ BATCH_PROMPTS = [[3, 7, 1, 12, 5, 9], [4, 11], [8, 2, 6, 10]]  # lengths 6, 2, 4
 
 def _probe_mask(cases):
     def probe(batch_mask_and_positions) -> dict:
-        if not callable(batch_mask_and_positions):
-            raise CheckFailed(f"expected the function batch_mask_and_positions, got {describe(batch_mask_and_positions)}")
+        expect_callable(batch_mask_and_positions, "batch_mask_and_positions")
         runs = []
         for _, lengths, T_total, T_new in cases:
             sizes = {"B": len(lengths), "T_total": T_total, "T_new": T_new, "T_past": T_total - T_new}
@@ -87,10 +86,7 @@ def _judge_mask(cases):
     def judge(data: dict) -> str:
         from helpers.reference import sampling  # lesson 08's generate, imported when judging
 
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for (name, lengths, T_total, T_new), run in zip(cases, runs, strict=True):
+        for (name, lengths, T_total, T_new), run in zip(cases, runs(data, len(cases)), strict=True):
             what = f"batch_mask_and_positions on {name}"
             if "error" in run:
                 raise CheckFailed(f"{what} raised {str(run['error']).rstrip('.')}.")

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from helpers.checks import errors
 from helpers.checks.bpe_known import known_helpers, merge_known, pairs_known, train_known
-from helpers.checks.core import CheckFailed, describe, visible_and_hidden
+from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 
 
 def _plain(value):
@@ -36,10 +35,9 @@ def _unplain(data):
     return data.get("ids", data.get("text", data)) if isinstance(data, dict) else data
 
 
-def _probe(cases, call):
+def _probe(cases, call, label):
     def probe(function) -> dict:
-        if not callable(function):
-            raise CheckFailed(f"expected a function, got {describe(function)}")
+        expect_callable(function, label)
         runs = []
         from helpers.checks.bpe_text import bounded, explain_error  # (that module imports this one)
 
@@ -74,10 +72,10 @@ def first_difference(expected, got) -> str:
 def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_error=lambda error: None, reading=None,
            ordered=False):
     def judge(data: dict) -> str:
-        runs = errors.runs(data, len(cases))
-        outputs = [_unplain(run.get("out")) for run in runs]
+        found = runs(data, len(cases))
+        outputs = [_unplain(run.get("out")) for run in found]
         every = [variants_of(case) for case in cases]
-        for index, (case, run) in enumerate(zip(cases, runs, strict=True)):
+        for index, (case, run) in enumerate(zip(cases, found, strict=True)):
             what = f"{label}({describe_case(case)})"
             if "error" in run:
                 how = " did not finish: " if run["error"].startswith("_Looping") else " raised "
@@ -94,7 +92,7 @@ def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_er
                 continue
             shown = f"expected {expected!r}, got {got!r}"[:700]
             for name in every[index]:  # a mistake that explains every output (an error says nothing)
-                if got == every[index][name] and all(o == v[name] for o, v, r in zip(outputs, every, runs, strict=True) if "error" not in r):
+                if got == every[index][name] and all(o == v[name] for o, v, r in zip(outputs, every, found, strict=True) if "error" not in r):
                     raise CheckFailed(f"{what}: {name}. Evidence: {shown}.")
             if isinstance(run.get("out"), dict) and "unusable" in run["out"]:
                 raise CheckFailed(f"{what} returned {run['out']['unusable']}; {summary[1]}")
@@ -169,7 +167,7 @@ def pairs_reading(ids, got, expected):
 def make_checks(name, call, cases, hidden_cases, label, expected_of, variants_of, describe_case, summary, **options):
     """The visible check and its hidden twin: the same probe and judge on other cases."""
     judging = (label, expected_of, variants_of, describe_case, summary)
-    return visible_and_hidden(name, lambda c: _probe(c, call), lambda c: _judge(c, *judging, **options), cases, hidden_cases)
+    return visible_and_hidden(name, lambda c: _probe(c, call, label), lambda c: _judge(c, *judging, **options), cases, hidden_cases)
 
 
 def reference(name, unpack=lambda case: (case,)):

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import torch
 
 from helpers.checks import kv_cache
-from helpers.checks.core import CheckFailed, describe, visible_and_hidden
+from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.kv_cache import KnownGoodCachedAttention as KnownGood
 from helpers.checks.kv_cache import known_good_forward_cached, small_model
@@ -60,8 +60,7 @@ def _prompt(shape, seed):
 
 def _probe_generate(cases):
     def probe(generate_cached) -> dict:
-        if not callable(generate_cached):
-            raise CheckFailed(f"expected the function generate_cached, got {describe(generate_cached)}")
+        expect_callable(generate_cached, "generate_cached")
         steps: list[dict] = []  # every forward_cached call: new tokens, cached ones, the largest position
 
         def recording_forward_cached(model, ids, caches, positions, mask=None):
@@ -133,13 +132,11 @@ def _slid_or_zero(model, ids, n, options, flavour):
 
 def _judge_generate(cases):
     def judge(data: dict) -> str:
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
+        found = runs(data, len(cases))
         model = small_model()
         max_len = model.config.max_len
         L = model.config.n_layers
-        for (name, shape, n, temperature, top_k, top_p, seed, training), run in zip(cases, runs, strict=True):
+        for (name, shape, n, temperature, top_k, top_p, seed, training), run in zip(cases, found, strict=True):
             what = f"generate_cached on {name}"
             if "error" in run:
                 plain, last = str(run.get("plain")), (run.get("steps") or [{}])[-1]

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import torch
 
 from helpers.checks import diagnose as layer
-from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify
+from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify, need
 from helpers.checks.diagnose import case_sizes, diagnose, explain_mismatch, explain_parts
 
 
@@ -137,13 +137,6 @@ def attention_variants(run, *, C: int, T: int, hs: int, over=None) -> dict[str, 
     return variants
 
 
-def runs_of(data: dict, cases) -> list[dict]:
-    runs = data.get("runs")
-    if not isinstance(runs, list) or len(runs) != len(cases) or not all(isinstance(r, dict) for r in runs):
-        raise CheckFailed("the check's data is incomplete")
-    return runs
-
-
 def settled(out, expected: torch.Tensor, diagnosis: dict, dtype_too: bool = False):
     """What must hold before any verdict on the values: the shape (and dtype), determinism, the
     batch. Returns ``diagnose``'s ``(rule, message)`` when they hold; raises otherwise."""
@@ -165,9 +158,7 @@ def judge_causal(run: dict, expected: torch.Tensor, variants, diagnosis: dict, *
     output}), and last what the output and ``reference``'s sub-modules establish."""
     what, tol, out = diagnosis["what"], diagnosis["atol"], run.get("out")
     rule, message = settled(out, expected, diagnosis)
-    leaks, leak = run.get("leaks"), None
-    if not isinstance(leaks, list) or len(leaks) != out.shape[-2] - 1:
-        raise CheckFailed("the check's data is incomplete")
+    leaks, leak = need(run.get("leaks"), list, out.shape[-2] - 1), None
     for j, changed in enumerate(leaks, start=1):  # the first earlier output a later token moves
         if not isinstance(changed, torch.Tensor) or changed.shape != out.shape:
             raise CheckFailed(f"with token {j} changed, the output is {describe(changed)}, not {tuple(out.shape)}")

@@ -282,14 +282,38 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"[:200]
 
 
+INCOMPLETE = "the check's data is incomplete"
+
+
+def need(value: Any, kind: type | tuple[type, ...], length: int | None = None) -> Any:
+    """Judge side: ``value``, read from the probe's data, if it is a ``kind`` (of ``length`` items);
+    otherwise the check fails as incomplete (a probe cut short, or data the student's code forged)."""
+    if not isinstance(value, kind) or (length is not None and len(value) != length):
+        raise CheckFailed(INCOMPLETE)
+    return value
+
+
+def runs(data: Any, n: int, key: str = "runs") -> list[dict]:
+    """Judge side: the probe's ``n`` runs, a dict per case, or the check fails as incomplete."""
+    found = need(need(data, dict).get(key), list, n)
+    for run in found:
+        need(run, dict)
+    return found
+
+
+def expect_callable(value: Any, name: str) -> None:
+    """Fail unless ``value`` (what the test cell passed) is a function or a class, named ``name``
+    in the message: a student who passes the result of a call, or nothing, is told so."""
+    if not callable(value):
+        raise CheckFailed(f"expected the function {name}, got {describe(value)}")
+
+
 def expect_tensor(value: Any, shape: tuple[int, ...], what: str) -> torch.Tensor:
     """Fail unless ``value`` is a tensor of ``shape``."""
     if not isinstance(value, torch.Tensor):
         raise CheckFailed(f"{what} should return a tensor of shape {shape}, got {describe(value)}.")
     if tuple(value.shape) != tuple(shape):
-        raise CheckFailed(
-            f"{what} should return shape {tuple(shape)}, got {tuple(value.shape)}."
-        )
+        raise CheckFailed(f"{what} should return shape {tuple(shape)}, got {tuple(value.shape)}.")
     return value
 
 

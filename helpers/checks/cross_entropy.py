@@ -15,12 +15,14 @@ from helpers.checks.core import (
     CheckFailed,
     close,
     describe,
+    expect_callable,
     first_mismatch,
     identify,
+    runs,
     visible_and_hidden,
 )
 from helpers.checks.diagnose import diagnose, explain_mismatch
-from helpers.checks.errors import attempt, fail_if_raised, runs
+from helpers.checks.errors import attempt, fail_if_raised
 from helpers.checks.tied_lm import generator, tolerance
 from helpers.reference import language_models as ref
 
@@ -65,8 +67,7 @@ def _ce_sizes(lead, V) -> dict[str, int]:
 
 def _probe_ce(cases):
     def probe(cross_entropy) -> dict:
-        if not callable(cross_entropy):
-            raise CheckFailed(f"expected the function cross_entropy, got {describe(cross_entropy)}")
+        expect_callable(cross_entropy, "cross_entropy")
         found = []
         for case in cases:
             logits, targets = _ce_inputs(*case)

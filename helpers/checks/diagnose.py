@@ -146,6 +146,18 @@ class _Case:
     def evidence(self) -> str:
         return first_mismatch(self.e, self.g, self.atol, self.rtol)
 
+    def finite(self) -> bool:
+        return self.e.dim() >= 1 and bool(torch.isfinite(self.e).all() and torch.isfinite(self.g).all())
+
+    def axes_of(self, at_least: int):
+        """``(k, n)`` for every axis ``k`` of the reference with ``n >= at_least`` entries."""
+        return [(k, n) for k, n in enumerate(self.e.shape) if n >= at_least]
+
+    def slices(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reference and the output as ``(n, rest)``: one row per entry of axis ``k``."""
+        n = self.e.shape[k]
+        return self.e.movedim(k, 0).reshape(n, -1), self.g.movedim(k, 0).reshape(n, -1)
+
 
 def explain_mismatch(
     expected: torch.Tensor,
@@ -535,14 +547,10 @@ def _short(t: torch.Tensor) -> str:
 
 
 def rule_slice_factors(c: _Case) -> str | None:
-    e, g = c.e, c.g
-    if e.dim() < 1 or not (torch.isfinite(e).all() and torch.isfinite(g).all()):
+    if not c.finite():
         return None
-    for k in range(e.dim()):
-        n = e.shape[k]
-        if n < 2:
-            continue
-        em, gm = e.movedim(k, 0).reshape(n, -1), g.movedim(k, 0).reshape(n, -1)
+    for k, n in c.axes_of(2):
+        em, gm = c.slices(k)
         if em.shape[1] < 2:
             continue
         den = (em * em).sum(dim=1)
@@ -568,7 +576,7 @@ def rule_slice_factors(c: _Case) -> str | None:
 def rule_fibre_factors(c: _Case) -> str | None:
     """Each vector along one axis (all other indices fixed) is the reference's times its own factor."""
     e, g = c.e, c.g
-    if e.dim() < 2 or not (torch.isfinite(e).all() and torch.isfinite(g).all()):
+    if e.dim() < 2 or not c.finite():
         return None
     for k in reversed(range(e.dim())):
         n = e.shape[k]
@@ -595,14 +603,10 @@ def rule_fibre_factors(c: _Case) -> str | None:
 
 
 def rule_slice_offsets(c: _Case) -> str | None:
-    e, g = c.e, c.g
-    if e.dim() < 1 or not (torch.isfinite(e).all() and torch.isfinite(g).all()):
+    if not c.finite():
         return None
-    for k in range(e.dim()):
-        n = e.shape[k]
-        if n < 2:
-            continue
-        em, gm = e.movedim(k, 0).reshape(n, -1), g.movedim(k, 0).reshape(n, -1)
+    for k, n in c.axes_of(2):
+        em, gm = c.slices(k)
         if em.shape[1] < 2:
             continue
         offsets = (gm - em).mean(dim=1)  # (n,)
@@ -638,12 +642,8 @@ def rule_transposed(c: _Case) -> str | None:
 
 
 def rule_permuted(c: _Case) -> str | None:
-    e, g = c.e, c.g
-    for k in range(e.dim()):
-        n = e.shape[k]
-        if n < 2:
-            continue
-        em, gm = e.movedim(k, 0).reshape(n, -1), g.movedim(k, 0).reshape(n, -1)
+    for k, n in c.axes_of(2):
+        em, gm = c.slices(k)
         perm = []
         for i in range(n):
             match = [j for j in range(n) if c.close(gm[i], em[j])]
@@ -690,10 +690,7 @@ def rule_scrambled(c: _Case) -> str | None:
 
 def rule_shifted(c: _Case) -> str | None:
     e, g = c.e, c.g
-    for k in range(e.dim()):
-        n = e.shape[k]
-        if n < 3:
-            continue
+    for k, n in c.axes_of(3):
         for s in sorted(range(-(n - 2), n - 1), key=abs):
             if s == 0:
                 continue

@@ -44,13 +44,6 @@ def fail_if_raised(what: str, run: dict, hint: str = "") -> None:
         raise CheckFailed("\n".join(x for x in (f"{what} raised {kind}: {message}{hint}", explained) if x))
 
 
-def runs(data: dict, n: int, key: str = "runs") -> list:
-    found = data.get(key)
-    if not isinstance(found, list) or len(found) != n or not all(isinstance(r, dict) for r in found):
-        raise CheckFailed("the check's data is incomplete")
-    return found
-
-
 def caught(exc: BaseException, sizes: dict[str, int] | None = None) -> dict:
     """Probe side: an error of the student's code as data: its text, and ``explain_exception``'s
     account of it (their line, the tensors on it in the legend, what the message means). An

@@ -16,8 +16,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.checks import errors
-from helpers.checks.core import CheckFailed, calls_to, describe, first_mismatch, visible_and_hidden
+from helpers.checks.core import (
+    CheckFailed,
+    calls_to,
+    describe,
+    expect_callable,
+    expect_tensor,
+    first_mismatch,
+    runs,
+    visible_and_hidden,
+)
 from helpers.checks.diagnose import explain_exception, explain_mismatch
 from helpers.checks.gpt2_format import (
     _cause,
@@ -48,8 +56,7 @@ GRID = torch.linspace(-5, 5, 201, dtype=torch.float64)  # where the judge reads 
 
 def _probe_gelu(cases):
     def probe(gelu) -> dict:
-        if not callable(gelu):
-            raise CheckFailed(f"expected the function gelu, got {describe(gelu)}")
+        expect_callable(gelu, "gelu")
         runs = []
         for seed, shape, dtype, approximate in cases:
             x = _gelu_input(seed, shape, dtype)
@@ -173,7 +180,7 @@ def _judge_gelu(cases):
     def judge(data: dict) -> str:
         from helpers.reference.gpt2 import gelu
 
-        for (seed, shape, dtype, approximate), run in zip(cases, errors.runs(data, len(cases)), strict=True):
+        for (seed, shape, dtype, approximate), run in zip(cases, runs(data, len(cases)), strict=True):
             what = f"gelu(x, approximate={approximate!r}) on a {str(dtype)[6:]} x of shape {shape}"
             got = run.get("out")
             if isinstance(got, dict) and "error" in got:
@@ -185,8 +192,7 @@ def _judge_gelu(cases):
                                   "the formula yourself (the cell after the test compares yours with PyTorch's).")
             x = _gelu_input(seed, shape, dtype).double()
             expected = gelu(x, approximate=approximate)
-            if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(shape):
-                raise CheckFailed(f"{what} should return a tensor of shape {shape}, got {describe(got)}.")
+            got = expect_tensor(got, tuple(shape), what)
             if got.dtype != dtype:
                 raise CheckFailed(f"{what} returned {str(got.dtype)[6:]}: keep x's dtype.")
             tol = 1e-12 if dtype == torch.float64 else 1e-5
@@ -229,9 +235,8 @@ def _ids(case) -> torch.Tensor:
 
 
 def _fresh_model(case):
-    # lesson 06: importable while grading
+    """Lesson 06's model, seeded, in the shape of a GPT-2-format checkpoint (importable while grading)."""
     from helpers.reference.transformer_lm import Config, TransformerLM
-
     seed, V, P, C, L, nh, B, T, dtype = case
     torch.manual_seed(seed)  # known initial weights: a weight that was not loaded keeps them
     return TransformerLM(Config(**gpt2_shaped_config(V, P, C, L, nh))).to(dtype).eval()
@@ -239,8 +244,7 @@ def _fresh_model(case):
 
 def _probe_load(cases):
     def probe(load_gpt2_state_dict) -> dict:
-        if not callable(load_gpt2_state_dict):
-            raise CheckFailed(f"expected the function load_gpt2_state_dict, got {describe(load_gpt2_state_dict)}")
+        expect_callable(load_gpt2_state_dict, "load_gpt2_state_dict")
         runs = []
         for case in cases:
             seed, V, P, C, L, nh, B, T, dtype = case
@@ -296,7 +300,7 @@ def _judge_load(cases):
     def judge(data: dict) -> str:
         from helpers.reference.gpt2 import load_gpt2_state_dict
 
-        for case, run in zip(cases, errors.runs(data, len(cases)), strict=True):
+        for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, V, P, C, L, nh, B, T, dtype = case
             what = f"load_gpt2_state_dict on {_case_text(case)}"
             if "error" in run:
@@ -322,10 +326,8 @@ def _judge_load(cases):
                     raise CheckFailed(f"{head}: lm_head.weight is no longer word_to_embedding.weight. Assigning a new "
                                       "nn.Parameter to the token table unties it; copy into the existing tensor "
                                       f"(weight.copy_(...)) so that the head keeps sharing it. Evidence: {evidence}.")
-                if place.startswith("layer"):
-                    prefix = _PLACES[place.split(" ", 2)[-1]].format(i=place.split()[1])
-                else:
-                    prefix = _PLACES[place]
+                layer = place.startswith("layer")  # "layer 3 attention": that layer's attention
+                prefix = _PLACES[place.split(" ", 2)[-1]].format(i=place.split()[1]) if layer else _PLACES[place]
                 suspects = [n for n in expected if n.startswith(prefix) and not _same(got_params.get(n), expected[n])]
                 if suspects:
                     cause = _cause(suspects[0], got_params, expected, initial, C, nh)

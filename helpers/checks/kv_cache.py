@@ -22,8 +22,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from helpers.checks import core, errors
-from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify
+from helpers.checks import core
+from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify, runs
 from helpers.checks.diagnose import case_sizes, explain_exception, explain_mismatch
 
 # lesson 06's model: hidden while lessons up to 06 are graded, so used only inside functions
@@ -273,7 +273,7 @@ MISTAKES = {
 
 def _judge(with_kv: bool, name: str, cases):
     def judge(data: dict) -> str:
-        for case, run in zip(cases, errors.runs(data, len(cases)), strict=True):
+        for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, B, C, hs, nh, n_kv, chunks, dtype = case
             weights, x, mask = _inputs(case)
             w64 = {k: v.double() for k, v in weights.items()}

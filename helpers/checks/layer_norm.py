@@ -22,10 +22,11 @@ from helpers.checks.core import (
     expect_tensor,
     first_mismatch,
     identify,
+    need,
+    runs,
     visible_and_hidden,
 )
 from helpers.checks.diagnose import case_sizes, diagnose, precision_lost
-from helpers.checks.errors import runs as runs_of
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, layer_norm_variants, worst_row
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
@@ -184,16 +185,14 @@ def _layer_norm_mismatch(reference, expected, out, x_of_case, weight, bias, eps,
 
 def _judge_layer_norm(cases):
     def judge(data: dict) -> str:
-        runs = runs_of(data, len(cases))
+        found = runs(data, len(cases))
         ref = _ref()
-        for (seed, shape, eps, dtype), run in zip(cases, runs, strict=True):
+        for (seed, shape, eps, dtype), run in zip(cases, found, strict=True):
             x, weight, bias, r = _ln_inputs(seed, shape, dtype)
             C = shape[-1]
             eps_used = DEFAULT_EPS if eps is None else eps
             what = f"{_ln_name(C, eps)} on x of shape {shape} ({str(dtype).replace('torch.', '')})"
-            init = run.get("init")
-            if not isinstance(init, dict):
-                raise CheckFailed("the check's data is incomplete")
+            init = need(run.get("init"), dict)
             for name, start in (("weight", torch.ones(C)), ("bias", torch.zeros(C))):
                 got = init.get(name)
                 if not isinstance(got, torch.Tensor) or tuple(got.shape) != (C,) or not close(start, got, 0, 0):

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.checks.core import CheckFailed, visible_and_hidden
+from helpers.checks.core import CheckFailed, need, runs, visible_and_hidden
 from helpers.checks.diagnose import trace
-from helpers.checks.errors import fail_if_raised, runs
+from helpers.checks.errors import fail_if_raised
 from helpers.checks.tied_lm import (
     expect_module_class,
     fail_if_mismatch,
@@ -97,9 +97,7 @@ def mlp_variants(weights: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def _mlp_structure(what: str, run: dict, C: int, H: int) -> None:
-    params, layers, want = run.get("params"), run.get("layers") or [], _mlp_shapes(C, H)
-    if not isinstance(params, dict):
-        raise CheckFailed("the check's data is incomplete")
+    params, layers, want = need(run.get("params"), dict), run.get("layers") or [], _mlp_shapes(C, H)
     if params != want:
         first = params.get("model.0.weight")
         if not run.get("sequential"):

@@ -26,10 +26,9 @@ from helpers.checks.causal import (
     legend,
     load_known,
     run_causal,
-    runs_of,
     student_case,
 )
-from helpers.checks.core import Check, CheckFailed, describe
+from helpers.checks.core import Check, CheckFailed, describe, runs
 from helpers.reference import multihead as ref
 
 F64, F32 = torch.float64, torch.float32
@@ -296,7 +295,7 @@ def _judge(kind: str, cases):
     name = "MultiHeadAttention" if kind == "mha" else "CausalSelfAttention"
 
     def judge(data: dict) -> str:
-        for (seed, batch, T, C, hs, nh, dtype), run in zip(cases, runs_of(data, cases), strict=True):
+        for (seed, batch, T, C, hs, nh, dtype), run in zip(cases, runs(data, len(cases)), strict=True):
             weights, x, _ = _inputs(seed, batch, T, C, hs, nh, dtype)
             shape = (*batch, T, C)
             what = f"{name}(emb_dim={C}, head_dim={hs}, n_heads={nh}) on x of shape {tuple(x.shape)}"

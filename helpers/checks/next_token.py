@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import torch
 
-from helpers.checks.core import CheckFailed, describe, first_mismatch, visible_and_hidden
+from helpers.checks.core import (
+    CheckFailed,
+    describe,
+    expect_callable,
+    first_mismatch,
+    runs,
+    visible_and_hidden,
+)
 from helpers.checks.diagnose import diagnose
-from helpers.checks.errors import attempt, fail_if_raised, runs
-from helpers.checks.tokens import VOCAB, expect_callable
+from helpers.checks.errors import attempt, fail_if_raised
+from helpers.checks.tokens import VOCAB
 from helpers.reference import tokens as ref
 
 # ---------------------------------------------------------------------------------------------

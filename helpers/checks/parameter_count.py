@@ -10,9 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from helpers.checks.core import CheckFailed, describe, visible_and_hidden
-from helpers.checks.errors import attempt, fail_if_raised, runs
-from helpers.checks.tokens import expect_callable
+from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
+from helpers.checks.errors import attempt, fail_if_raised
 from helpers.params import num_parameters
 
 # ---------------------------------------------------------------------------------------------

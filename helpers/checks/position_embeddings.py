@@ -11,9 +11,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from helpers.checks.core import CheckFailed, describe, first_mismatch, visible_and_hidden
+from helpers.checks.core import (
+    CheckFailed,
+    expect_callable,
+    first_mismatch,
+    runs,
+    visible_and_hidden,
+)
 from helpers.checks.diagnose import case_sizes, diagnose
-from helpers.checks.errors import runs as runs_of
 from helpers.checks.transformer_lm_mistakes import (
     WEAK,
     error_data,
@@ -52,10 +57,7 @@ def _pos_inputs(seed, batch, T, C, max_len, dtype):
 
 def _probe_positions(cases):
     def probe(add_position_embeddings) -> dict:
-        if not callable(add_position_embeddings):
-            raise CheckFailed(
-                f"expected the function add_position_embeddings, got {describe(add_position_embeddings)}"
-            )
+        expect_callable(add_position_embeddings, "add_position_embeddings")
         runs = []
         for seed, batch, T, C, max_len, dtype in cases:
             table, x = _pos_inputs(seed, batch, T, C, max_len, dtype)
@@ -117,7 +119,7 @@ def _pos_mismatch(what: str, x, got, expected, table, tol, sizes) -> str:
 
 def _judge_positions(cases):
     def judge(data: dict) -> str:
-        runs = runs_of(data, len(cases))
+        found = runs(data, len(cases))
         expected, variants, tolerances, problems = {}, {}, {}, []
         for seed, batch, T, C, max_len, dtype in cases:
             table, x = _pos_inputs(seed, batch, T, C, max_len, dtype)
@@ -126,7 +128,7 @@ def _judge_positions(cases):
             tolerances[seed] = 1e-12 if dtype == torch.float64 else 1e-5
             for label, value in position_variants(x, table).items():
                 variants.setdefault(label, {})[seed] = value
-        for case, run in zip(cases, runs, strict=True):
+        for case, run in zip(cases, found, strict=True):
             seed, batch, T, C, max_len, dtype = case
             what = (
                 f"add_position_embeddings(x, pos_to_embedding) for x of shape {(*batch, T, C)} and "
@@ -148,7 +150,7 @@ def _judge_positions(cases):
             else:
                 evidence = f"it {outcome(got)}; expected a tensor of shape {tuple(wanted.shape)}"
             for label, by_seed in variants.items():
-                if all(same_behaviour(r.get("result"), by_seed[c[0]], tolerances[c[0]]) for c, r in zip(cases, runs, strict=True)):
+                if all(same_behaviour(r.get("result"), by_seed[c[0]], tolerances[c[0]]) for c, r in zip(cases, found, strict=True)):
                     raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
             if isinstance(got, dict) and "error" in got:
                 raise CheckFailed(raised_message(what, got))

@@ -18,7 +18,16 @@ import math
 
 import torch
 
-from helpers.checks.core import Check, CheckFailed, close, describe, first_mismatch, identify
+from helpers.checks.core import (
+    Check,
+    CheckFailed,
+    close,
+    describe,
+    expect_callable,
+    first_mismatch,
+    identify,
+    runs,
+)
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.kv_cache import (
     PARAMS,
@@ -85,8 +94,7 @@ def _rope_inputs(cases):
 
 def _probe_rope(cases):
     def probe(apply_rope) -> dict:
-        if not callable(apply_rope):
-            raise CheckFailed(f"expected the function apply_rope, got {describe(apply_rope)}")
+        expect_callable(apply_rope, "apply_rope")
         runs = []
         for _, x, positions in _rope_inputs(cases):
             before = x.clone()
@@ -104,10 +112,7 @@ def _probe_rope(cases):
 
 def _judge_rope(cases):
     def judge(data: dict) -> str:
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for (name, x, positions), run in zip(_rope_inputs(cases), runs, strict=True):
+        for (name, x, positions), run in zip(_rope_inputs(cases), runs(data, len(cases)), strict=True):
             what = f"apply_rope on {name}"
             if "error" in run:
                 raise CheckFailed(f"{what} raised {str(run['error']).rstrip('.')}.")
@@ -232,10 +237,7 @@ def _probe_rotary(cases):
 
 def _judge_rotary(cases):
     def judge(data: dict) -> str:
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for case, run in zip(cases, runs, strict=True):
+        for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, B, C, hs, nh, chunks, dtype = case
             weights, x = _rotary_inputs(case)
             what = (f"RotarySelfAttention({C}, {hs}, {nh}) on x of shape {tuple(x.shape)} in chunks of {chunks}, "

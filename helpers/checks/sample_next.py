@@ -14,10 +14,10 @@ from contextlib import contextmanager
 
 import torch
 
-from helpers.checks.core import Check, CheckFailed, describe
+from helpers.checks.core import Check, CheckFailed, describe, expect_callable, need, runs
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
-from helpers.checks.sampling_filters import _incomplete, top_k_expected, top_p_expected
+from helpers.checks.sampling_filters import top_k_expected, top_p_expected
 from helpers.reference import sampling as ref
 
 # ---------------------------------------------------------------------------------------------
@@ -128,8 +128,7 @@ def _call(fn, sizes, *args, **kwargs) -> dict:
 
 def _probe_sample(cases, greedy_rows):
     def probe(sample_next) -> dict:
-        if not callable(sample_next):
-            raise CheckFailed(f"expected the function sample_next, got {describe(sample_next)}")
+        expect_callable(sample_next, "sample_next")
         with _course_filters(sample_next):
             runs = []
             for _, row, temperature, top_k, top_p in cases:
@@ -205,7 +204,8 @@ def _judge_draws(name, row, temperature, top_k, top_p, run) -> None:
 
 def _judge_greedy(rows, greedy, shapes) -> None:
     what = "sample_next(logits, temperature=0)"
-    _incomplete(isinstance(greedy, dict) and all(isinstance(greedy.get(k), dict) for k in ("one", "batch")))
+    for part in ("one", "batch"):
+        need(need(greedy, dict).get(part), dict)
     raise_caught(f"{what} on one row", greedy["one"], GREEDY_HINT)
     raise_caught(f"{what} on a batch", greedy["batch"], GREEDY_HINT)
     one = greedy["one"].get("out")
@@ -224,7 +224,7 @@ def _judge_greedy(rows, greedy, shapes) -> None:
     if not isinstance(batch, torch.Tensor) or batch.shape != want.shape or not torch.equal(batch.long(), want):
         raise CheckFailed(f"{what} on a {tuple(rows.shape)} batch returned {describe(batch)} "
                           f"{batch.tolist() if isinstance(batch, torch.Tensor) else ''}; greedy picks {want.tolist()}.")
-    _incomplete(isinstance(shapes, dict))
+    need(shapes, dict)
     for label, shape in (("one row", ()), ("a batch of one row", (1,))):
         raise_caught(f"sample_next on {label} (temperature 1)", shapes.get(label), SAMPLE_ERRORS)
         out = shapes.get(label, {}).get("out")
@@ -237,9 +237,8 @@ def _judge_greedy(rows, greedy, shapes) -> None:
 
 def _judge_sample(cases, greedy_rows):
     def judge(data: dict) -> str:
-        runs = data.get("runs")
-        _incomplete(isinstance(runs, list) and len(runs) == len(cases))
-        for case, run in zip(cases, runs, strict=True):
+        found = runs(data, len(cases))
+        for case, run in zip(cases, found, strict=True):
             _judge_draws(*case, run)
         _judge_greedy(torch.tensor(greedy_rows), data.get("greedy"), data.get("shapes"))
         names = ", ".join(c[0] for c in cases)

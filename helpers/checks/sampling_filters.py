@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from helpers.checks.core import Check, CheckFailed, close, describe, first_mismatch
+from helpers.checks.core import Check, CheckFailed, close, expect_callable, first_mismatch, runs
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.reference import sampling as ref
@@ -32,11 +32,6 @@ def _logits(probs, dtype=torch.float64) -> torch.Tensor:
 def _sizes(shape) -> dict[str, int]:
     """The case's sizes by legend letter: (V,), (N, V) or (B, N, V)."""
     return dict(zip(("B", "N", "V")[3 - len(shape):], shape, strict=True))
-
-
-def _incomplete(ok: bool) -> None:
-    if not ok:
-        raise CheckFailed("the check's data is incomplete")
 
 
 def top_k_expected(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -61,8 +56,7 @@ def top_p_expected(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 def _probe_filter(name: str, cases):
     def probe(fn) -> dict:
-        if not callable(fn):
-            raise CheckFailed(f"expected the function {name}, got {describe(fn)}")
+        expect_callable(fn, name)
         runs = []
         for _, logits, arg in cases:
             x = logits.clone()
@@ -104,10 +98,9 @@ def _kept(what: str, logits, expected, out) -> str:
 
 def _judge_filter(name: str, arg: str, cases, reference, variants, hints, summary: str, tol=None, kept=True):
     def judge(data: dict) -> str:
-        runs = data.get("runs")
-        _incomplete(isinstance(runs, list) and len(runs) == len(cases))
+        found = runs(data, len(cases))
         seen, wrong = [], []  # every case's (labels of the variants that give its output, variants); the wrong cases
-        for (label, logits, value), run in zip(cases, runs, strict=True):
+        for (label, logits, value), run in zip(cases, found, strict=True):
             what = f"{name}(logits, {arg}={value}) on {label}, shape {tuple(logits.shape)}"
             raise_caught(what, run, hints(logits, value))
             after = run.get("input_after")

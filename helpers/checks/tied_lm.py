@@ -14,15 +14,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.checks.core import (
+    INCOMPLETE,
     CheckFailed,
     close,
     describe,
     first_mismatch,
     identify,
+    need,
+    runs,
     visible_and_hidden,
 )
 from helpers.checks.diagnose import diagnose, explain_mismatch, first_divergence, trace
-from helpers.checks.errors import attempt, fail_if_raised, runs
+from helpers.checks.errors import attempt, fail_if_raised
 from helpers.params import num_parameters
 from helpers.reference import language_models as ref
 
@@ -241,10 +244,8 @@ def _judge_lm(cases):
             seed, V, C, batch, T, dtype = case
             w_emb, w_head, ids, direction = _lm_inputs(*case)
             what, sizes, tol = f"BareBonesLM({V}, {C})", _lm_sizes(V, C, batch, T), tolerance(dtype)
-            if not isinstance(run.get("tied"), dict) or not isinstance(run.get("untied"), dict):
-                raise CheckFailed("the check's data is incomplete")
-            _judge_structure(what, run["tied"], V, C, tied=True)
-            _judge_structure(what, run["untied"], V, C, tied=False)
+            _judge_structure(what, need(run.get("tied"), dict), V, C, tied=True)
+            _judge_structure(what, need(run.get("untied"), dict), V, C, tied=False)
             if run.get("ids_changed") is not False:
                 raise CheckFailed(f"{what} changed its input ids in place.")
             w64, h64 = w_emb.double(), w_head.double()
@@ -256,11 +257,10 @@ def _judge_lm(cases):
             # one step of SGD on the embedding: the tied head must move with it
             (expected * direction.double()).sum().backward()
             stepped = (w64 - LM_STEP_LR * model.word_to_embedding.weight.grad).detach()
-            after = run.get("after_step")
-            if not isinstance(after, dict) or not all(
-                    isinstance(after.get(k), torch.Tensor) and after[k].shape == (V, C) for k in ("head", "embedding")):
-                raise CheckFailed("the check's data is incomplete")
-            head, emb = after["head"], after["embedding"]
+            after = need(run.get("after_step"), dict)
+            head, emb = (need(after.get(k), torch.Tensor) for k in ("head", "embedding"))
+            if not head.shape == emb.shape == (V, C):
+                raise CheckFailed(INCOMPLETE)
             if not close(emb, head, 0, 0):
                 raise CheckFailed(
                     f"{what}: after one gradient step on word_to_embedding.weight, lm_head.weight did not "
@@ -272,8 +272,7 @@ def _judge_lm(cases):
                     f"({first_mismatch(stepped, emb, tol, tol)}): the gradient must flow through both uses "
                     "of the matrix, the lookup and the head."
                 )
-            if not isinstance(run.get("untied_logits"), dict):
-                raise CheckFailed("the check's data is incomplete")
+            need(run.get("untied_logits"), dict)
             untied = ref.BareBonesLM(V, C, tie_weights=False).double()
             with torch.no_grad():
                 untied.word_to_embedding.weight.copy_(w64)

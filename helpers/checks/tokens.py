@@ -11,17 +11,12 @@ import re
 
 import torch
 
-from helpers.checks.core import CheckFailed, describe, visible_and_hidden
+from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.diagnose import diagnose
-from helpers.checks.errors import attempt, fail_if_raised, runs
+from helpers.checks.errors import attempt, fail_if_raised
 from helpers.reference import tokens as ref
 
 VOCAB = 256
-
-
-def expect_callable(obj, name: str) -> None:
-    if not callable(obj):
-        raise CheckFailed(f"expected the function {name}, got {describe(obj)}")
 
 
 def _show(text: str) -> str:

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.checks.core import Check, CheckFailed, describe, first_mismatch
+from helpers.checks.core import (
+    Check,
+    CheckFailed,
+    describe,
+    expect_callable,
+    first_mismatch,
+    need,
+    runs,
+)
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
 
@@ -108,8 +116,7 @@ def _run_case(get_batch, case: Case) -> dict:
 
 def _probe(cases):
     def probe(get_batch) -> dict:
-        if not callable(get_batch):
-            raise CheckFailed(f"expected the function get_batch, got {describe(get_batch)}")
+        expect_callable(get_batch, "get_batch")
         runs = []
         for case in cases:
             with case_sizes({"B": case.B, "T": case.T, "N": case.N}):
@@ -143,13 +150,10 @@ def _positions(ids: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 def _read(case: Case, what: str, pair: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Check one returned batch; return x, y and the start of every row, (B,)."""
-    if not isinstance(pair, dict):
-        raise CheckFailed("the check's data is incomplete")
+    need(pair, dict)
     if "bad" in pair:
         raise CheckFailed(f"{what} {pair['bad']}.")
-    x, y = pair.get("x"), pair.get("y")
-    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-        raise CheckFailed("the check's data is incomplete")
+    x, y = need(pair.get("x"), torch.Tensor), need(pair.get("y"), torch.Tensor)
     B, T = case.B, case.T
     for name, t in (("x", x), ("y", y)):
         if tuple(t.shape) == (T, B):
@@ -205,9 +209,7 @@ def _same(a: dict, b: dict) -> bool:
 
 def _judge_error(case: Case, what: str, run: dict) -> None:
     """The student's code raised: read the draws that did not, to say which part is wrong."""
-    retries, raised = run.get("retries"), run.get("raised")
-    if not isinstance(retries, list) or not isinstance(raised, int):
-        raise CheckFailed("the check's data is incomplete")
+    retries, raised = need(run.get("retries"), list), need(run.get("raised"), int)
     error = str(run.get("error"))
     for pair in retries:
         try:
@@ -236,19 +238,12 @@ def _judge_error(case: Case, what: str, run: dict) -> None:
 
 def _judge(cases):
     def judge(data: dict) -> str:
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for case, run in zip(cases, runs, strict=True):
+        for case, run in zip(cases, runs(data, len(cases)), strict=True):
             what = case.label
-            if not isinstance(run, dict):
-                raise CheckFailed("the check's data is incomplete")
             if "error" in run:
                 _judge_error(case, what, run)
             first, second, other = run.get("first"), run.get("second"), run.get("other_seed")
-            many = run.get("many")
-            if not isinstance(many, list) or len(many) != case.draws:
-                raise CheckFailed("the check's data is incomplete")
+            many = need(run.get("many"), list, case.draws)
             batches = [first, second, other, *many]
             starts = [_read(case, what, pair)[2] for pair in batches]
             seen = torch.cat(starts)  # every start that came up

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from helpers.checks.core import Check, CheckFailed, describe
+from helpers.checks.core import Check, CheckFailed, describe, expect_callable, need
 from helpers.checks.errors import caught, raise_caught
 
 TOL = 1e-12
@@ -52,8 +52,7 @@ def _value(out) -> dict:
 
 def _probe(cases):
     def probe(learning_rate) -> dict:
-        if not callable(learning_rate):
-            raise CheckFailed(f"expected the function learning_rate, got {describe(learning_rate)}")
+        expect_callable(learning_rate, "learning_rate")
         runs = []
         for case in cases:
             config = _config(case)
@@ -221,32 +220,22 @@ def _judge(cases):
     def judge(data: dict) -> str:
         from helpers.reference.training_step import learning_rate as reference
 
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for case, rates in zip(cases, runs, strict=True):
+        for case, rates in zip(cases, need(data.get("runs"), list, len(cases)), strict=True):
             steps, lr, min_lr, warmup, cosine = case
             what = _label(case)
             config = _config(case)
             want = [reference(s, config) for s in range(steps + AFTER)]
-            if not isinstance(rates, list) or not rates:
-                raise CheckFailed("the check's data is incomplete")
             got = []
-            for s, item in enumerate(rates):
-                if not isinstance(item, dict):
-                    raise CheckFailed("the check's data is incomplete")
+            for s, item in enumerate(need(rates, list)):  # it stops at a step that raised
+                need(item, dict)
                 raise_caught(f"{what}: step {s}", item, [("division by zero", (
                     "With warmup_steps = 0 there is no warm-up; and the decay must divide by at least 1 "
                     "(max(1, steps - 1 - warmup_steps))."))])
                 if "bad" in item:
                     raise CheckFailed(f"{what}: step {s} {item['bad']}; return the learning rate as a Python "
                                       "float (float(...), or .item() of a tensor).")
-                value = item.get("value")
-                if not isinstance(value, float):
-                    raise CheckFailed("the check's data is incomplete")
-                got.append(value)
-            if len(got) != len(want):
-                raise CheckFailed("the check's data is incomplete")
+                got.append(need(item.get("value"), float))
+            need(got, list, len(want))
             bad = [s for s in range(len(want)) if not _close(got[s], want[s])]
             if not bad:
                 continue

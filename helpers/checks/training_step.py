@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from helpers.checks.core import Check, CheckFailed, close, describe
+from helpers.checks.core import Check, CheckFailed, close, expect_callable, need, runs
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.training_replay import (
@@ -54,8 +54,7 @@ def _returned(value) -> dict:
 
 def _probe(cases):
     def probe(train_step) -> dict:
-        if not callable(train_step):
-            raise CheckFailed(f"expected the function train_step, got {describe(train_step)}")
+        expect_callable(train_step, "train_step")
         runs = []
         for case in cases:
             model, optimizer, batches = build(case)
@@ -183,18 +182,12 @@ def _update_pattern(case: Case, what: str, k: int, expected: list[dict], params:
 
 def _judge(cases):
     def judge(data: dict) -> str:
-        runs = data.get("runs")
-        if not isinstance(runs, list) or len(runs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for case, run in zip(cases, runs, strict=True):
+        for case, run in zip(cases, runs(data, len(cases)), strict=True):
             what = f"train_step, {case.label}"
-            steps = run.get("steps") if isinstance(run, dict) else None
-            if not isinstance(steps, list) or not steps:
-                raise CheckFailed("the check's data is incomplete")
+            steps = need(run.get("steps"), list)
             expected = _replay(case)
             for k, got in enumerate(steps):
-                if not isinstance(got, dict):
-                    raise CheckFailed("the check's data is incomplete")
+                need(got, dict)
                 raise_caught(f"{what}: step {k + 1}", got, ERROR_HINTS)
                 _judge_returned(case, what, k, got, expected)
                 modes = got.get("modes")
@@ -208,9 +201,7 @@ def _judge(cases):
                         f"step {k + 1} ran the forward pass in evaluation mode: do not call model.eval() in a "
                         "training step; call model.train() (evaluation mode switches dropout off and is for "
                         "measuring, not for learning)."))
-                params = got.get("params")
-                if not isinstance(params, dict):
-                    raise CheckFailed("the check's data is incomplete")
+                params = need(got.get("params"), dict)
                 if _same_params(expected[k]["params"], params):
                     continue
                 before = expected[k - 1]["params"] if k else {n: p.detach() for n, p in build(case)[0].named_parameters()}
@@ -227,8 +218,7 @@ def _judge(cases):
                     if _same_params(replay[k]["params"], params):
                         raise CheckFailed(f"{what}, step {k + 1}: {label}.")
                 raise CheckFailed(_update_pattern(case, what, k, expected, params))
-            if len(steps) != len(expected):
-                raise CheckFailed("the check's data is incomplete")
+            need(steps, list, len(expected))
         return (
             "train_step: " + "; ".join(c.label for c in cases)
             + ": every returned loss and every parameter after every step match the reference (float64)."
@@ -238,9 +228,7 @@ def _judge(cases):
 
 
 def _judge_returned(case: Case, what: str, k: int, got: dict, expected: list[dict]) -> None:
-    returned = got.get("returned")
-    if not isinstance(returned, dict):
-        raise CheckFailed("the check's data is incomplete")
+    returned = need(got.get("returned"), dict)
     kind = returned.get("kind")
     if kind == "tensor":
         if returned.get("has_graph"):
@@ -265,8 +253,7 @@ def _judge_returned(case: Case, what: str, k: int, got: dict, expected: list[dic
         variants["you returned the loss after the update (a second forward pass after step()); "
                  "return the loss of the forward pass that made the gradients"] = F.cross_entropy(
             after.reshape(-1, case.V), y.reshape(-1))
-    if not isinstance(value, float):
-        raise CheckFailed("the check's data is incomplete")
+    need(value, float)
     for label, variant in variants.items():
         if abs(variant.item() - value) <= 1e-7 * max(1.0, abs(value)):
             raise CheckFailed(f"{what}, step {k + 1}: {label}. The loss should be {want:.6f}, got {value:.6f}.")

@@ -21,6 +21,8 @@ from helpers.checks.core import (
     expect_tensor,
     first_mismatch,
     identify,
+    need,
+    runs,
     visible_and_hidden,
 )
 from helpers.checks.diagnose import (
@@ -32,7 +34,6 @@ from helpers.checks.diagnose import (
     precision_lost,
     trace,
 )
-from helpers.checks.errors import runs as runs_of
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, block_variants
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
@@ -227,9 +228,9 @@ def _block_mismatch(block, xd, expected, out, run, diagnosis) -> str:
 
 def _judge_block(cases):
     def judge(data: dict) -> str:
-        runs = runs_of(data, len(cases))
+        found = runs(data, len(cases))
         ref = _ref()
-        for (seed, batch, T, C, hs, nh, n_hidden, dtype), run in zip(cases, runs, strict=True):
+        for (seed, batch, T, C, hs, nh, n_hidden, dtype), run in zip(cases, found, strict=True):
             weights, x, replacement = _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype)
             shape = (*batch, T, C)
             what = (
@@ -259,9 +260,7 @@ def _judge_block(cases):
             # right alone but wrong together (a leak found below would be its echo)
             if rule in ("not_a_tensor", "rule_shape", "rule_determinism", "rule_batch"):
                 raise CheckFailed(message)
-            leaks = run.get("leaks")
-            if not isinstance(leaks, list) or len(leaks) != T - 1:
-                raise CheckFailed("the check's data is incomplete")
+            leaks = need(run.get("leaks"), list, T - 1)
             leak = None
             for j, changed in enumerate(leaks, start=1):
                 changed = expect_tensor(changed, shape, what)

@@ -18,9 +18,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from helpers.checks.core import CheckFailed, describe, first_mismatch, visible_and_hidden
+from helpers.checks.core import (
+    CheckFailed,
+    describe,
+    first_mismatch,
+    need,
+    runs,
+    visible_and_hidden,
+)
 from helpers.checks.diagnose import case_sizes, diagnose, first_divergence, precision_lost, trace
-from helpers.checks.errors import runs as runs_of
 from helpers.checks.transformer_lm_mistakes import (
     WEAK,
     error_data,
@@ -191,9 +197,9 @@ def _lm_mismatch(model, ids, expected, got, run, here, tol, key, cfg, dtype) -> 
 
 def _judge_lm(cases):
     def judge(data: dict) -> str:
-        runs = runs_of(data, len(cases))
+        found = runs(data, len(cases))
         ref = _ref()
-        for (seed, fields, dtype, B, T), run in zip(cases, runs, strict=True):
+        for (seed, fields, dtype, B, T), run in zip(cases, found, strict=True):
             cfg = ref.Config(**fields)
             what = f"TransformerLM({_config_text(fields)})"
             with torch.no_grad():
@@ -259,9 +265,7 @@ def _judge_lm(cases):
                     f"{here} raised a ValueError, good, but its message should name both lengths, "
                     f"{L} and {cfg.max_len}; it says: {message.strip()!r}."
                 )
-            leaks = run.get("leaks")
-            if not isinstance(leaks, list) or len(leaks) != T - 1:
-                raise CheckFailed("the check's data is incomplete")
+            leaks = need(run.get("leaks"), list, T - 1)
             out = run["out"]
             for j, changed in enumerate(leaks, start=1):
                 if not isinstance(changed, torch.Tensor) or changed.shape != out.shape:
