@@ -1,7 +1,8 @@
 """The child side of ``autograder.runner``: imported once by the fork server, run once per job.
 
-Importing this module pays for the heavy imports (torch, matplotlib, the checks) in the fork
-server, so that every forked job starts with them loaded.
+Importing this module pays for the heavy imports (torch, matplotlib, the checks, and what a
+first optimizer step would import) in the fork server, so that every forked job starts with them
+loaded.
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+import torch._dynamo  # noqa: E402, F401 - imported by the first optimizer step (~1 s): paid here once, not per notebook
 from IPython.core.inputtransformer2 import TransformerManager  # noqa: E402
 
 import helpers.checks.core as checks_core  # noqa: E402
+import helpers.diagrams  # noqa: E402, F401 - the helpers every lesson's first cell imports (pandas, tqdm: ~0.3 s)
+import helpers.plotting  # noqa: E402, F401
+import helpers.training  # noqa: E402, F401
 from autograder import lesson_checks, protocol  # noqa: E402, F401 - lesson_checks: every lesson's checks, loaded once
 
 IN_SANDBOX = False  # True in a grading child (set first thing in main)
