@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.checks.core import Check, CheckFailed, describe, expect_tensor
+from helpers.checks.core import Check, CheckFailed, expect_callable, expect_tensor, need
 from helpers.checks.diagnose import explain_mismatch
 from helpers.reference import toy as ref
 
@@ -50,8 +50,7 @@ def _x(seed, shape):
 
 def _probe(cases):
     def probe(center) -> dict:
-        if not callable(center):
-            raise CheckFailed(f"expected the function center, got {describe(center)}")
+        expect_callable(center, "center")
         return {"outs": [center(_x(*case)) for case in cases]}
 
     return probe
@@ -59,10 +58,7 @@ def _probe(cases):
 
 def _judge(cases):
     def judge(data: dict) -> str:
-        outs = data.get("outs")
-        if not isinstance(outs, list) or len(outs) != len(cases):
-            raise CheckFailed("the check's data is incomplete")
-        for case, out in zip(cases, outs, strict=True):
+        for case, out in zip(cases, need(data.get("outs"), list, len(cases)), strict=True):
             x = _x(*case)
             what = f"center(x) for x of shape {tuple(x.shape)}"
             expected = ref.center(x)

@@ -26,6 +26,9 @@ from helpers.checks.core import (
     Unsupported,
     decode,
     encode,
+    expect_callable,
+    need,
+    runs,
 )
 
 
@@ -249,6 +252,21 @@ def test_a_solution_line_in_the_release_is_a_leak_named_by_its_cell(toy, tmp_pat
     leaks = find_leaks(root, root / "release")
     assert any("cell double" in leak and "the whole answer" in leak for leak in leaks), leaks
     assert any("BEGIN HIDDEN TESTS" in leak for leak in leaks), leaks
+
+
+@pytest.mark.parametrize("value,kind,length", [(None, list, None), ([1], list, 2), ({"a": 1}, list, None), (3, float, None)])
+def test_data_a_probe_did_not_give_fails_as_incomplete(value, kind, length):
+    with pytest.raises(CheckFailed, match="the check's data is incomplete"):
+        need(value, kind, length)
+
+
+def test_what_a_judge_needs_is_returned_as_it_is():
+    runs_ = [{"out": 1}, {"out": 2}]
+    assert need(runs_, list, 2) is runs_ and runs({"runs": runs_}, 2) is runs_
+    with pytest.raises(CheckFailed, match="incomplete"):
+        runs({"runs": [{"out": 1}, "forged"]}, 2)
+    with pytest.raises(CheckFailed, match="expected the function double, got int 3"):
+        expect_callable(3, "double")
 
 
 def test_the_toy_checks_are_registered_once():
