@@ -79,6 +79,7 @@ def test_no_test_passes_on_the_blank_release(lesson):
     assert "Success! The notebook does not pass any tests." in out, out[-3000:]
 
 
+@pytest.mark.slow  # nbgrader releases all ten lessons: half a minute
 def test_release_is_current_and_leaks_nothing():
     done = subprocess.run(
         [sys.executable, "-m", "autograder.cli", "release", "--check"],
