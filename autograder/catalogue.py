@@ -38,7 +38,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from autograder.course import Lesson, cell_source, nbgrader_meta, without_solution_markers
+from autograder.course import Lesson, nbgrader_meta
 
 FILENAME = "catalogue.toml"
 
@@ -77,7 +77,10 @@ class Catalogue:
 
     def answers(self, mistake: Mistake) -> dict[str, str]:
         """Every answer of the lesson as the course wrote it, but with ``mistake`` made."""
-        return answers_with(self.lesson, {**mistake.also, mistake.exercise: mistake.edits})
+        try:
+            return answers_with(self.lesson, {**mistake.also, mistake.exercise: mistake.edits})
+        except CatalogueError as exc:
+            raise CatalogueError(f"{self.assignment}: {mistake.name}: {exc}") from None
 
     def alternative_answers(self, name: str) -> dict[str, str]:
         return {**self.lesson.solution_answers(), **self.alternatives[name]}
@@ -90,9 +93,8 @@ class Catalogue:
         return subs
 
 
-def apply_edits(source: str, edits: Edits) -> str:
-    """``source`` (an answer cell, markers removed) with each ``(old, new)`` made; ``old`` must occur."""
-    text = without_solution_markers(source)
+def apply_edits(text: str, edits: Edits) -> str:
+    """``text`` (an answer cell, markers removed) with each ``(old, new)`` made; ``old`` must occur."""
     for old, new in edits:
         if old not in text:
             raise CatalogueError(f"the edit expects {old!r} in the solution")
@@ -102,12 +104,11 @@ def apply_edits(source: str, edits: Edits) -> str:
 
 def answers_with(lesson: Lesson, edits: dict[str, Edits]) -> dict[str, str]:
     """The lesson's answers by grade_id, with ``edits`` ``{grade_id: edits}`` made."""
-    raw = {nbgrader_meta(c)["grade_id"]: cell_source(c) for c in lesson.notebook["cells"]
-           if nbgrader_meta(c).get("grade_id") in lesson.exercises}
-    unknown = set(edits) - set(raw)
+    answers = lesson.solution_answers()
+    unknown = set(edits) - set(answers)
     if unknown:
         raise CatalogueError(f"{lesson.assignment} has no exercise {sorted(unknown)}")
-    return {gid: apply_edits(source, edits.get(gid, ())) for gid, source in raw.items()}
+    return {gid: apply_edits(source, edits.get(gid, ())) for gid, source in answers.items()}
 
 
 def with_answers(release_nb: dict, answers: dict[str, str]) -> dict:
@@ -133,6 +134,9 @@ def _mistake(name: str, entry: dict, lesson: Lesson, hidden_only: bool) -> Mista
     extra = set(entry) - {"exercise", "feedback_says", "edits", "also", "demo"}
     if extra or not {"exercise", "feedback_says", "edits"} <= set(entry):
         raise CatalogueError(f"{where}: needs exercise, feedback_says and edits (unknown keys: {sorted(extra)})")
+    if not all(isinstance(entry.get(key, ""), str) for key in ("exercise", "feedback_says", "demo")) \
+            or not entry["feedback_says"].strip():
+        raise CatalogueError(f"{where}: exercise, feedback_says and demo are text, and feedback_says is not empty")
     if entry["exercise"] not in lesson.exercises:
         raise CatalogueError(f"{where}: {entry['exercise']!r} is not an exercise of the lesson")
     also = {ex: _edits(e, f"{where}, also.{ex}") for ex, e in entry.get("also", {}).items()}

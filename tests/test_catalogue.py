@@ -71,7 +71,7 @@ def test_a_lesson_without_a_catalogue_has_an_empty_one(tmp_path):
 
 
 @pytest.mark.parametrize("text,words", [
-    (TOY.replace('"return 2 * x", "return 3 * x"', '"return 4 * x", "return 3 * x"'), "'return 4 * x'"),
+    (TOY.replace('"return 2 * x", "return 3 * x"', '"return 4 * x", "return 3 * x"'), "triples: the edit expects 'return 4 * x'"),
     (TOY.replace('exercise = "double"', 'exercise = "triple"', 1), "'triple' is not an exercise"),
     (TOY.replace('feedback_says = "three times"\n', ""), "needs exercise, feedback_says and edits"),
     (TOY.replace('demo = "tom-triples"', 'student = "tom"'), "unknown keys: ['student']"),
@@ -80,6 +80,7 @@ def test_a_lesson_without_a_catalogue_has_an_empty_one(tmp_path):
     (TOY.replace('edits = [["return 2 * x", "return 3 * x"]]', 'edits = ["return 2 * x", "return 3 * x"]'), "[old, new]"),
     (TOY.replace('demo = "tom-triples"', 'also.double = [["2", "3"]]'), "not in `also`"),
     (TOY.replace('"must not change x" = "in-place"', '"must not change x" = 3'), "names of mistakes"),
+    (TOY.replace('feedback_says = "three times"', 'feedback_says = ""'), "feedback_says is not empty"),
 ])
 def test_a_catalogue_that_does_not_fit_its_lesson_is_refused_with_the_reason(tmp_path, text, words):
     with pytest.raises(CatalogueError) as error:
