@@ -146,9 +146,9 @@ def _mistake(name: str, entry: dict, lesson: Lesson, hidden_only: bool) -> Mista
                    entry.get("demo"), hidden_only)
 
 
-def load_catalogue(lesson: Lesson) -> Catalogue:
-    """The catalogue beside ``lesson``'s notebook (an empty one where the lesson has none)."""
-    path = Path(lesson.path).parent / FILENAME
+def load_catalogue(lesson: Lesson, path: Path | None = None) -> Catalogue:
+    """The catalogue beside ``lesson``'s notebook, or at ``path`` (an empty one where there is none)."""
+    path = Path(path) if path is not None else Path(lesson.path).parent / FILENAME
     data = tomllib.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     unknown = set(data) - {"mistakes", "hidden_only", "alternatives", "requirements"}
     if unknown:

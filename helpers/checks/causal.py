@@ -111,14 +111,20 @@ def attention_variants(run, *, C: int, T: int, hs: int, over=None) -> dict[str, 
     """The classic mistakes of scaled, masked attention: ``run(**kwargs)`` computes the layer with
     ``attend``'s keyword arguments. ``over``: (dim, its name) a softmax without dim= picks."""
     s = 1 / math.sqrt(hs)
+    sizes = {"emb_dim": C, "T, the sequence length": T, "2 × head_dim": 2 * hs}
+
+    def also(n: int, own: str) -> str:  # a case's sizes can coincide: say so rather than guess
+        others = [name for name, value in sizes.items() if value == n and name != own]
+        return f" ({n} is also {' and '.join(others)} here: check which one you used)" if others else ""
+
     variants = {
-        f"you divided the scores by sqrt(emb_dim) = sqrt({C}) instead of sqrt(head_dim) = sqrt({hs})":
+        f"you divided the scores by sqrt(emb_dim) = sqrt({C}) instead of sqrt(head_dim) = sqrt({hs}){also(C, 'emb_dim')}":
             run(scale=1 / math.sqrt(C)),
         "you forgot to scale the scores by 1/sqrt(head_dim)": run(scale=1.0),
         f"you divided the scores by head_dim = {hs}, not by its square root": run(scale=1 / hs),
         "you multiplied the scores by sqrt(head_dim) instead of dividing": run(scale=math.sqrt(hs)),
         f"you divided the scores by sqrt(T) = sqrt({T}), the sequence length, instead of sqrt(head_dim) = "
-        f"sqrt({hs})": run(scale=1 / math.sqrt(T)),
+        f"sqrt({hs}){also(T, 'T, the sequence length')}": run(scale=1 / math.sqrt(T)),
         "you divided the output by sqrt(head_dim) instead of the scores: the scale belongs inside the "
         "softmax, on q @ k.T": run(scale=1.0) * s,
         "you applied the mask after the softmax (zeroing weights leaves rows that no longer sum to 1); "
