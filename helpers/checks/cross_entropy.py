@@ -31,7 +31,8 @@ from helpers.reference import language_models as ref
 
 # (seed, leading shape, V, kind, dtype). kind: "normal" (randn * 3), "large" (every row near
 # +1000: a naive exp overflows), "spread" (one row near +600, one near -600: a single maximum for
-# the whole tensor underflows), "uniform" (all zeros: the loss is ln V).
+# the whole tensor underflows), "uniform" (all zeros: the loss is ln V), "far" (each target's
+# logit 800 below its row's largest: its softmax underflows to 0, so log(softmax) is -inf).
 CE_CASES = [
     (50, (2, 3), 7, "normal", torch.float64),
     (51, (4,), 9, "normal", torch.float64),
@@ -43,6 +44,7 @@ CE_HIDDEN_CASES = [
     (55, (5,), 256, "uniform", torch.float64),
     (56, (2, 5), 3, "large", torch.float32),
     (57, (4, 2, 3), 11, "normal", torch.float64),
+    (58, (3,), 5, "far", torch.float64),
 ]
 _LARGE = {torch.float32: 100.0, torch.float64: 1000.0}  # exp overflows beyond 88.7 and 709.8
 
@@ -58,6 +60,10 @@ def _ce_inputs(seed, lead, V, kind, dtype):
         logits = logits + 600.0 * signs.reshape(*([1] * (len(lead) - 1)), lead[-1], 1)
     elif kind == "uniform":
         logits = torch.zeros_like(logits)
+    elif kind == "far":
+        rows = torch.arange(targets.numel())
+        flat = logits.reshape(-1, V)  # (N, V), a view: the targets' logits drop far below their rows' largest
+        flat[rows, targets.reshape(-1)] = flat.max(dim=-1).values - 800.0
     return logits.to(dtype), targets
 
 
@@ -212,6 +218,13 @@ def _judge_ce(cases):
                         f"{what} returned {got.item()} for one row of logits near +600 and one near -600: "
                         "you subtracted a single maximum for the whole tensor, so exp(-1200) underflows to 0 "
                         "and log(0) = -inf. Subtract each row's own maximum (max over dim=-1, keepdim=True). "
+                        f"Expected {expected.item():.6g}."
+                    )
+                if kind == "far":
+                    raise CheckFailed(
+                        f"{what} returned {got.item()} where each target's logit is 800 below its row's "
+                        "largest: the softmax of the target underflows to 0 and log(0) = -inf. Never take the "
+                        "log of a softmax: compute the log-softmax directly, shifted - log(sum(exp(shifted))). "
                         f"Expected {expected.item():.6g}."
                     )
             if got.dtype != dtype or not torch.isfinite(got):
