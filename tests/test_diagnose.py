@@ -373,6 +373,10 @@ def lookup(ids):
 
 def plain(x):
     raise ValueError("my code is broken")
+
+def centred(x):
+    mean = x.mean(dim=-1)
+    return x - mean
 '''
 
 
@@ -406,6 +410,14 @@ def test_exception_shows_the_students_line_and_the_tensors_on_it(cell):
     assert "x: float64 (2, 6, 7) = (B, T, C)" in text
     assert "expects inputs whose last axis has size 5, and got 7 (C)" in text
     assert text.splitlines()[-1] == "(The error itself: RuntimeError: mat1 and mat2 shapes cannot be multiplied (12x7 and 5x3))"
+
+
+def test_a_reduction_that_dropped_its_axis_is_suggested_with_keepdim(cell):
+    text = explain_exception(raised(cell["centred"], X))
+    assert "x: float64 (2, 6, 7) = (B, T, C)" in text and "the other 6 (T)" in text
+    assert "If one side is x (2, 6, 7) reduced over its last axis, it has shape (2, 6)" in text
+    assert "keepdim=True" in text
+    assert "keepdim" not in explain_exception(raised(cell["Head"](7, 3).double(), X))  # a clash of other sizes
 
 
 def test_exception_batched_matmul(cell):

@@ -890,6 +890,19 @@ def _describe_value(name: str, value: Any, sizes) -> str | None:
     return None
 
 
+def _dropped_axis(a: int, b: int, values) -> str:
+    """Sizes ``a`` and ``b`` clash where a tensor of the line, shape (..., a or b, b or a), met itself
+    reduced over its last axis: a sum/mean/max without keepdim=True drops the axis, and what is left
+    lines up against the wrong one."""
+    for name, value in values:
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and a != b and {a, b} == set(value.shape[-2:]):
+            left = tuple(value.shape[:-1])
+            return (f" If one side is {name} {tuple(value.shape)} reduced over its last axis, it has shape {left}: "
+                    "the reduction dropped that axis and the rest lines up wrongly; keep it with keepdim=True "
+                    "(or index [..., None]) so that it broadcasts as size 1.")
+    return ""
+
+
 def _meaning(exc: BaseException, sizes, values=()) -> str | None:
     """What PyTorch's (or Python's) message says should have matched, in the course's words;
     ``values``: (name, value) of what the failing line names."""
@@ -925,7 +938,7 @@ def _meaning(exc: BaseException, sizes, values=()) -> str | None:
         return (
             f"An elementwise operation (+, -, *, /, masked_fill, where…) lines two tensors up from their "
             f"last axis: at dimension {k} of the broadcast shape one has size {n(a)}, the other {n(b)}; "
-            "they must be equal, or one of them 1."
+            "they must be equal, or one of them 1." + _dropped_axis(int(a), int(b), values)
         )
     m = re.search(r"expected scalar type (\w+) but found (\w+)", text) or re.search(
         r"expected (?:m1 and m2|mat1 and mat2|both vectors|self and \w+) to have the same dtype, but got:? (\w+) != (\w+)", text

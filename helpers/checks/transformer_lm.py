@@ -253,10 +253,12 @@ def _judge_lm(cases):
             if not isinstance(long, dict) or "error" not in long:
                 raise CheckFailed(f"{here} {outcome(long)}; it must raise a ValueError naming both lengths.")
             if long.get("kind") != "ValueError":
+                missed = "index out of range" in long["error"]  # the position lookup itself failed
                 raise CheckFailed(
-                    f"{here}: check the length yourself before the lookup and raise a ValueError that names "
-                    f"both lengths ({L} and {cfg.max_len}), so the user knows what went wrong. What it "
-                    f"raised instead: {long['error']}"
+                    f"{here}: " + (f"no length check stopped it (one is missing, or it compares T with something "
+                                   f"other than config.max_len = {cfg.max_len}), so the lookup failed; " if missed else "")
+                    + f"check the length yourself before the lookup and raise a ValueError that names both lengths "
+                    f"({L} and {cfg.max_len}), so the user knows what went wrong. What it raised instead: {long['error']}"
                 )
             message = long["error"].split(":", 1)[-1]
             numbers = {int(n) for n in re.findall(r"\d+", message)}
