@@ -163,7 +163,9 @@ def _read(case: Case, what: str, pair: dict) -> tuple[torch.Tensor, torch.Tensor
                 "(B, 1) and the offsets in a row (T,)."
             )
         if tuple(t.shape) != (B, T):
-            raise CheckFailed(f"{what}: {name} should have shape (batch_size, block_size) = {(B, T)}, got {tuple(t.shape)}.")
+            rows = (f" The rows are windows, one per start: {t.shape[0]} rows means {t.shape[0]} start(s) were drawn; "
+                    "draw batch_size of them." if t.dim() == 2 and t.shape[1] == T and t.shape[0] != B else "")
+            raise CheckFailed(f"{what}: {name} should have shape (batch_size, block_size) = {(B, T)}, got {tuple(t.shape)}.{rows}")
         if t.dtype != torch.int64:
             raise CheckFailed(f"{what}: {name} has dtype {t.dtype}; the ids should stay {torch.int64} (index ids, do not convert them).")
     ids = text(case)

@@ -107,6 +107,9 @@ def _variants(case) -> dict[str, list[float]]:
         "the cosine runs over the wrong number of steps: its progress counts from step 0, not from the "
         "end of the warm-up, so it does not start at lr; use (step - warmup_steps) / (steps - 1 - warmup_steps)":
             schedule(after=lambda s: _cos(lr, min_lr, min(1.0, s / max(1, steps - 1)))),
+        "the cosine does not start at lr: its progress counts from step 0, not from the end of the warm-up "
+        "(step / (steps - 1 - warmup_steps)); subtract the warm-up: (step - warmup_steps) / (steps - 1 - warmup_steps)":
+            schedule(after=lambda s: _cos(lr, min_lr, min(1.0, s / decay))),
         "the cosine runs over the wrong number of steps: it divides by steps, counted from step 0 "
         "(use (step - warmup_steps) / (steps - 1 - warmup_steps))":
             schedule(after=lambda s: _cos(lr, min_lr, min(1.0, s / steps))),

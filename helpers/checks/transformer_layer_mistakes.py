@@ -117,6 +117,12 @@ def block_variants(parts, x: torch.Tensor) -> dict[str, torch.Tensor]:
         "block (x + sublayer(norm(x)))": two_steps(
             lambda v: ln1(v) + attn(ln1(v)), lambda h: ln2(h) + mlp(ln2(h))
         ),
+        "the residual around the attention starts from norm(x), not x: you replaced x by "
+        "norm_before_attn(x) and added attention(...) to that; the residual stream itself is never normalised "
+        "(x + attention(norm_before_attn(x)))": two_steps(lambda v: ln1(v) + attn(ln1(v)), lambda h: h + mlp(ln2(h))),
+        "the residual around the MLP starts from norm(x), not x: you replaced x by norm_before_mlp(x) and "
+        "added mlp(...) to that; the residual stream itself is never normalised (x + mlp(norm_before_mlp(x)))":
+            two_steps(lambda v: v + attn(ln1(v)), lambda h: ln2(h) + mlp(ln2(h))),
         "the residual connection around the attention is missing (x + attention(norm(x)))": two_steps(
             lambda v: attn(ln1(v)), lambda h: h + mlp(ln2(h))
         ),
