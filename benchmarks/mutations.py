@@ -32,6 +32,7 @@ A catalogue mistake is also ``named-right`` when its message contains the catalo
 
     python benchmarks/mutations.py                      # the whole course
     python benchmarks/mutations.py --lesson 03 --show   # one lesson, every mutant and its message
+    python benchmarks/mutations.py --catalogue DIR --limit 0 --show   # mistakes written apart from the checks
 
 The last line of the output is one JSON object with the numbers of every exercise and the totals.
 """
