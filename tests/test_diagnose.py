@@ -381,6 +381,17 @@ def centred(x):
 def offset(x):
     bias = torch.zeros(5, dtype=x.dtype)
     return x + bias
+
+def all_axes_swapped(q, k):
+    return q @ k.T
+
+def second_linear(x):
+    model = nn.Sequential(nn.Linear(7, 4), nn.GELU(), nn.Linear(4, 7))
+    return model[1].weight
+
+def nothing(x):
+    result = None
+    return result.shape
 '''
 
 
@@ -423,6 +434,19 @@ def test_a_reduction_that_dropped_its_axis_is_suggested_with_keepdim(cell):
     assert "keepdim=True" in text
     other = explain_exception(raised(cell["offset"], X))  # 7 against 5: no reduction of x explains it
     assert "the other 5" in other and "keepdim" not in other
+
+
+def test_a_matmul_or_copy_clash_is_not_called_elementwise_and_T_on_3d_is_named(cell):
+    q = torch.randn(2, 6, 3, dtype=torch.float64)
+    text = explain_exception(raised(cell["all_axes_swapped"], q, q))
+    assert "A matrix product (@)" in text and "elementwise operation (+" not in text
+    assert "k.T reverses all 3 axes of k (shape (3, 6, 2)); to swap the last two only, use .transpose(-2, -1)" in text
+
+
+def test_a_module_without_the_attribute_says_which_part_was_reached(cell):
+    text = explain_exception(raised(cell["second_linear"], X))
+    assert "The object reached here is a GELU, which has no weight" in text and "print(model)" in text
+    assert "The object reached" not in explain_exception(raised(cell["nothing"], X))  # None is not a layer
 
 
 def test_exception_batched_matmul(cell):

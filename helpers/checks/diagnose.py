@@ -903,9 +903,28 @@ def _dropped_axis(a: int, b: int, values) -> str:
     return ""
 
 
-def _meaning(exc: BaseException, sizes, values=()) -> str | None:
+def _operation(source: str) -> str:
+    """What a broadcasting clash on ``source`` (the failing line) came from, in words."""
+    if "@" in source or re.search(r"\b(matmul|bmm|einsum)\(", source):
+        return ("A matrix product (@) lines up the axes before the last two like an elementwise operation "
+                "(from the end)")
+    if re.search(r"\.copy_\(", source):
+        return "copy_ needs the source to broadcast to the destination's shape, lining the axes up from the end"
+    return "An elementwise operation (+, -, *, /, masked_fill, where…) lines two tensors up from their last axis"
+
+
+def _reversed_axes(values) -> str:
+    """``t.T`` on a tensor of more than two axes reverses them all: rarely what was meant."""
+    for name, value in values:
+        if name.endswith(".T") and isinstance(value, torch.Tensor) and value.dim() > 2:
+            return (f" {name} reverses all {value.dim()} axes of {name[:-2]} (shape {tuple(value.shape)}); to swap the "
+                    "last two only, use .transpose(-2, -1) (or .mT).")
+    return ""
+
+
+def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | None:
     """What PyTorch's (or Python's) message says should have matched, in the course's words;
-    ``values``: (name, value) of what the failing line names."""
+    ``values``: (name, value) of what the failing line names; ``source``: that line."""
     text = str(exc)
 
     def n(size) -> str:
@@ -936,9 +955,9 @@ def _meaning(exc: BaseException, sizes, values=()) -> str | None:
     if m:
         a, b, k = m.groups()
         return (
-            f"An elementwise operation (+, -, *, /, masked_fill, where…) lines two tensors up from their "
-            f"last axis: at dimension {k} of the broadcast shape one has size {n(a)}, the other {n(b)}; "
-            "they must be equal, or one of them 1." + _dropped_axis(int(a), int(b), values)
+            f"{_operation(source)}: at dimension {k} of the broadcast shape one has size {n(a)}, the other "
+            f"{n(b)}; they must be equal, or one of them 1." + _reversed_axes(values)
+            + _dropped_axis(int(a), int(b), values)
         )
     m = re.search(r"expected scalar type (\w+) but found (\w+)", text) or re.search(
         r"expected (?:m1 and m2|mat1 and mat2|both vectors|self and \w+) to have the same dtype, but got:? (\w+) != (\w+)", text
@@ -1021,6 +1040,16 @@ def _meaning(exc: BaseException, sizes, values=()) -> str | None:
             "the probabilities must sum to 1 (dim=-1: over the last axis)."
             if '"dim"' in m.group(2) or "'dim'" in m.group(2) else f"The call left out {m.group(2)}."
         )
+    m = re.search(r"'(\w+)' object has no attribute '(\w+)'", text)
+    module_kind = m and (isinstance(getattr(torch.nn, m.group(1), None), type) or any(
+        type(v).__name__ == m.group(1) for _, v in values if isinstance(v, torch.nn.Module)))
+    if m and isinstance(exc, AttributeError) and module_kind:  # a layer of a model, not the one meant
+        kind, attr = m.groups()
+        modules = [f"{name} is {type(v).__name__}" for name, v in values if isinstance(v, torch.nn.Module)][:3]
+        seen = f" On that line {', '.join(modules)}." if modules else ""
+        return (f"The object reached here is a {kind}, which has no {attr}: the code picked another part than it "
+                f"meant (a wrong index or name into a model, say).{seen} print(model) lists every sub-module "
+                "with its index.")
     m = re.search(r"not enough values to unpack \(expected (\d+), got (\d+)\)", text) or re.search(
         r"too many values to unpack \(expected (\d+)(?:, got (\d+))?\)", text
     )
@@ -1048,6 +1077,7 @@ def explain_parts(exc: BaseException, sizes=None, axes_of=None) -> list[str]:
         tb = tb.tb_next
     lines: list[str] = []
     values: list[tuple[str, Any]] = []
+    source = ""
     mine = [(f, ln) for f, ln in frames if _is_student(f.f_code.co_filename)]
     if mine:
         frame, lineno = mine[-1]
@@ -1080,7 +1110,7 @@ def explain_parts(exc: BaseException, sizes=None, axes_of=None) -> list[str]:
                 described.append(text)
         if described:
             lines.append("On that line: " + "; ".join(described[:10]) + ".")
-    meaning = _meaning(exc, sizes, values)
+    meaning = _meaning(exc, sizes, values, source or "")
     if meaning:
         lines.append(meaning)
     return lines

@@ -266,11 +266,11 @@ def _probe_load(cases):
 
 
 def _why(exc) -> str:
-    """The student's error explained in their process: torch's errors by the diagnosis layer, Python's
-    (a key, an index, a slice bound) with the plain values on the failing line."""
+    """The student's error explained in their process: torch's and a missing attribute's by the diagnosis
+    layer, Python's (a key, an index, a slice bound) with the plain values on the failing line."""
     from helpers.checks.bpe_text import explain_error
 
-    return (explain_exception(exc) if isinstance(exc, RuntimeError) else explain_error(exc))[:900]
+    return (explain_exception(exc) if isinstance(exc, RuntimeError | AttributeError) else explain_error(exc))[:900]
 
 
 def _load_error(error: str, why: str, case) -> str:
