@@ -905,6 +905,7 @@ def _dropped_axis(a: int, b: int, values) -> str:
 
 def _operation(source: str) -> str:
     """What a broadcasting clash on ``source`` (the failing line) came from, in words."""
+    source = source.split("#")[0]  # a shape comment may show a product the line does not compute
     if "@" in source or re.search(r"\b(matmul|bmm|einsum)\(", source):
         return ("A matrix product (@) lines up the axes before the last two like an elementwise operation "
                 "(from the end)")
