@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from autograder.book import book_notebook, build_book
+from autograder.book import book_notebook, build_book, write_source
 from autograder.course import HIDDEN_BEGIN, cell_source, lessons, nbgrader_meta
 from autograder.course import RELEASE_BLOCKS as BLOCKS
 from autograder.course import SOLUTION_MARKER as MARKER
@@ -133,10 +133,13 @@ def book(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.slow
-def test_no_catalogue_is_in_the_book(book):
-    """The catalogues quote the solutions' lines; the book folds the solutions, it does not ship them raw."""
-    assert not list(book.parent.rglob("catalogue.toml"))
+def test_the_book_source_takes_no_catalogue(tmp_path):
+    """The catalogues quote the solutions' lines; the book folds the solutions, it does not ship them raw.
+    The lesson folder's other files are copied into the book's source: the catalogue must not be."""
+    write_source(ROOT, tmp_path, LESSONS[:1], execute=False)
+    assert (LESSONS[0].path.parent / "catalogue.toml").exists()
+    assert (tmp_path / LESSONS[0].assignment / LESSONS[0].filename).exists()
+    assert not list(tmp_path.rglob("catalogue.toml"))
 
 
 @pytest.mark.slow
