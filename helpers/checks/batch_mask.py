@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from helpers.checks import kv_cache
 from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.diagnose import case_sizes
+from helpers.checks.errors import caught, raise_caught
 from helpers.checks.kv_cache import causal_with_past, known_good_forward_cached, small_model
 
 # ---------------------------------------------------------------------------------------------
@@ -71,12 +71,12 @@ def _probe_mask(cases):
                     mask, positions = batch_mask_and_positions(_real(lengths, T_total), T_new)
                 runs.append({"mask": mask, "positions": positions})
             except Exception as exc:  # noqa: BLE001
-                runs.append({"error": kv_cache.student_error(exc, sizes)})
+                runs.append(caught(exc, sizes))
         prompts = [torch.tensor(p) for p in BATCH_PROMPTS]
         try:
             batch = generate_batch_with(batch_mask_and_positions, small_model(max_len=13), prompts, 5)
         except Exception as exc:  # noqa: BLE001
-            batch = kv_cache.student_error(exc, {"B": len(prompts)})
+            batch = caught(exc, {"B": len(prompts)})
         return {"runs": runs, "batch": batch}
 
     return probe
@@ -88,8 +88,7 @@ def _judge_mask(cases):
 
         for (name, lengths, T_total, T_new), run in zip(cases, runs(data, len(cases)), strict=True):
             what = f"batch_mask_and_positions on {name}"
-            if "error" in run:
-                raise CheckFailed(f"{what} raised {str(run['error']).rstrip('.')}.")
+            raise_caught(what, run)
             real = _real(lengths, T_total)
             B, T_past = len(lengths), T_total - T_new
             want_mask, want_pos = expected_mask_and_positions(real, T_new)
@@ -136,8 +135,7 @@ def _judge_mask(cases):
                 raise CheckFailed(f"{what}: a padding position is {int(pos.min())}; position ids index the "
                                   "position table: use 0 at padding.")
         batch = data.get("batch")
-        if isinstance(batch, str):
-            raise CheckFailed(f"batch generation with your batch_mask_and_positions raised {batch}.")
+        raise_caught("batch generation with your batch_mask_and_positions", batch)
         model = small_model(max_len=13)
         what = f"greedy batch generation, prompts of {[len(p) for p in BATCH_PROMPTS]} tokens, 5 new each"
         for row, prompt in enumerate(BATCH_PROMPTS):

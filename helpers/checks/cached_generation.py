@@ -22,6 +22,7 @@ import torch
 from helpers.checks import kv_cache
 from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.diagnose import case_sizes
+from helpers.checks.errors import caught, raise_caught
 from helpers.checks.kv_cache import KnownGoodCachedAttention as KnownGood
 from helpers.checks.kv_cache import known_good_forward_cached, small_model
 from helpers.reference import sampling
@@ -88,8 +89,7 @@ def _probe_generate(cases):
                                                        generator=torch.Generator().manual_seed(seed))
                     runs.append(run)
                 except Exception as exc:  # noqa: BLE001 - the judge explains the error
-                    runs.append({"error": kv_cache.student_error(exc, sizes), "plain": f"{type(exc).__name__}: {exc}"[:300],
-                                 "steps": list(steps)})
+                    runs.append({**caught(exc, sizes), "steps": list(steps)})
         return {"runs": runs}
 
     return probe
@@ -139,7 +139,7 @@ def _judge_generate(cases):
         for (name, shape, n, temperature, top_k, top_p, seed, training), run in zip(cases, found, strict=True):
             what = f"generate_cached on {name}"
             if "error" in run:
-                plain, last = str(run.get("plain")), (run.get("steps") or [{}])[-1]
+                plain, last = str(run.get("error")), (run.get("steps") or [{}])[-1]
                 hint = ""
                 T_new, T_past, top = last.get("T_new", 0), last.get("T_past", 0), last.get("top", -1)
                 if "index out of range" in plain and top >= max_len:
@@ -158,7 +158,7 @@ def _judge_generate(cases):
                             "loop (and return ids.squeeze(0) at the end), as lesson 08's generate does.")
                 if not hint and "inconsistent with step sign" in plain:
                     hint = " A step's new token is at position T_past alone: torch.arange(T_past, T_past + 1)."
-                raise CheckFailed(f"{what} raised {str(run['error']).rstrip('.')}.{hint}")
+                raise_caught(what, run, hint=hint)
             prompt = _prompt(shape, seed)
             options = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
             expected = sampling.generate(model, prompt, n, **options, generator=torch.Generator().manual_seed(seed))

@@ -11,7 +11,6 @@ future, and attention's classic mistakes (``attention_variants``: scale, mask, s
 from __future__ import annotations
 
 import math
-import re
 from contextlib import contextmanager
 
 import torch
@@ -33,23 +32,6 @@ def changed_at(x: torch.Tensor, replacement: torch.Tensor, j: int) -> torch.Tens
     return changed
 
 
-def _what_it_means(exc: Exception, sizes: dict) -> str | None:
-    """What errors common in these lessons mean, where the diagnosis layer has no words yet."""
-    text = str(exc)
-    if "only supports boolean masks" in text:
-        return ("masked_fill needs a boolean mask, True where the score is hidden: create the (T, T) "
-                "matrix with dtype=torch.bool (torch.ones(T, T) alone is float).")
-    if "must be tuple of ints,but got float" in text:
-        return "A size given to view/reshape is a float (a / division makes one): sizes are ints, use //."
-    m = re.search(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)", text)
-    if m:
-        named = [k for k, v in sizes.items() if v == int(m[3])]
-        size = f"{m[3]} ({named[0]})" if len(named) == 1 else m[3]
-        return (f"Axis {m[2]} has only {size} entries: an index counted from the front lands on another "
-                "axis when the input has more dimensions (a batch); index from the end (x[..., i, j]).")
-    return None
-
-
 @contextmanager
 def student_case(sizes: dict, reason=None):
     """Probe side: one case of a check. An error of the student's code is explained in the case's
@@ -60,10 +42,10 @@ def student_case(sizes: dict, reason=None):
     except (NotImplementedError, CheckFailed):
         raise
     except Exception as exc:
-        lead, meaning = (reason(exc) if reason else None), _what_it_means(exc, sizes)
-        if lead is None and meaning is None:
+        lead = reason(exc) if reason else None
+        if lead is None:
             raise  # Check explains it in the case's legend: nothing to add
-        lines = [lead, *explain_parts(exc, sizes), meaning, f"(The error itself: {type(exc).__name__}: {exc})"]
+        lines = [lead, *explain_parts(exc, sizes), f"(The error itself: {type(exc).__name__}: {exc})"]
         raise CheckFailed("\n".join(line for line in lines if line)) from None
 
 

@@ -22,7 +22,7 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.diagnose import diagnose, explain_mismatch
-from helpers.checks.errors import attempt, fail_if_raised
+from helpers.checks.errors import attempt, raise_caught
 from helpers.checks.tied_lm import generator, tolerance
 from helpers.reference import language_models as ref
 
@@ -84,8 +84,8 @@ def _probe_ce(cases):
             if isinstance(out, torch.Tensor) and out.numel() == 1:
                 if out.requires_grad:
                     backward = attempt(lambda loss: loss.sum().backward(), out)
-                    if "raised" in backward:
-                        run["backward_raised"] = f"{backward['raised']}: {backward['message']}"
+                    if "error" in backward:
+                        run["backward_raised"] = backward["error"]
                     elif logits.grad is not None:
                         run["grad"] = logits.grad.clone()
                 else:
@@ -183,13 +183,13 @@ def _judge_ce(cases):
             logits, targets = _ce_inputs(*case)
             what = f"cross_entropy(logits {tuple(logits.shape)} {str(dtype).replace('torch.', '')}, targets {tuple(targets.shape)})"
             message = run.get("message", "")
-            if "raised" in run and len(lead) > 1 and any("out" in r for c, r in zip(cases, found, strict=True)
+            if "error" in run and len(lead) > 1 and any("out" in r for c, r in zip(cases, found, strict=True)
                                                           if len(c[1]) == 1):
-                fail_if_raised(what, run, hint=", although (N, V) logits worked: flatten first, "
+                raise_caught(what, run, hint=", although (N, V) logits worked: flatten first, "
                                "logits.reshape(-1, V) and targets.reshape(-1).")
             if "in-place" in message or "inplace" in message:
-                fail_if_raised(what, run, hint=": do not change logits in place (x -= m); compute a new tensor (x - m).")
-            fail_if_raised(what, run)
+                raise_caught(what, run, hint=": do not change logits in place (x -= m); compute a new tensor (x - m).")
+            raise_caught(what, run)
             out = run.get("out")
             if isinstance(out, float):
                 raise CheckFailed(

@@ -1004,8 +1004,17 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
         return (
             f"An index {index} was used on an axis of size {n(size)} (dimension {dim} of the tensor indexed), "
             f"whose valid indices are 0 … {int(size) - 1}: the index was computed from another axis's size, "
-            "or the tensor has its axes in another order than the code assumes."
+            "the tensor has its axes in another order than the code assumes, or an index counted from the "
+            "front lands on another axis when the input has more axes (a batch): index from the end, x[..., i, j]."
         )
+    if "only supports boolean masks" in text:
+        return ("masked_fill needs a boolean mask, True where the value is replaced: create the mask with "
+                "dtype=torch.bool (torch.ones(T, T) alone is float).")
+    if "must be tuple of ints,but got float" in text:
+        return "A size given to view/reshape is a float (a / division makes one): sizes are ints, use //."
+    if "'indices' to have one of the following scalar types" in text:
+        return ("An embedding looks its rows up by integer index, and the indices given to it are not integers: "
+                "torch.arange(T) makes int64 positions; a dtype= of a float type makes them floats.")
     if "index out of range in self" in text:
         vocab = f" (V = {sizes['V']})" if sizes and "V" in sizes else ""
         seen = []

@@ -24,7 +24,8 @@ from torch import nn
 
 from helpers.checks import core
 from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify, runs
-from helpers.checks.diagnose import case_sizes, explain_exception, explain_mismatch
+from helpers.checks.diagnose import case_sizes, explain_mismatch
+from helpers.checks.errors import caught, raise_caught
 
 # lesson 06's model: hidden while lessons up to 06 are graded, so used only inside functions
 from helpers.reference.transformer_lm import Config, TransformerLM
@@ -149,11 +150,6 @@ def load_weights(module, weights: dict, what: str) -> None:
             param.copy_(weights[name])
 
 
-def student_error(exc: Exception, sizes: dict) -> str:
-    """An error of the student's code as data: where it raised, the tensors on that line in the case's legend."""
-    return explain_exception(exc, sizes)[:1500]
-
-
 def case_legend(case) -> dict:
     return dict(zip(("B", "C", "hs", "nh", "n_kv"), case[1 : 6 if case[5] != case[4] else 5], strict=False))
 
@@ -179,8 +175,7 @@ def run_chunked(module, x, chunks, sizes: dict) -> dict:
                     out, cache = module(x[:, start : start + T_new], cache)
                     k, v = cache
             except Exception as exc:  # noqa: BLE001 - the judge explains the error
-                return {"outs": outs, "shapes": shapes, "error": student_error(exc, here), "step": step,
-                        "plain": f"{type(exc).__name__}: {exc}"[:300]}
+                return {"outs": outs, "shapes": shapes, **caught(exc, here), "step": step}
             start += T_new
             outs.append(out)
             shapes.append([list(getattr(k, "shape", [])), list(getattr(v, "shape", []))])
@@ -210,22 +205,22 @@ def _probe(with_kv: bool, cases):
                     with torch.no_grad(), case_sizes({**sizes, "T": T}):
                         run["masked"] = module(x[:, :T], None, mask)[0]
                 except Exception as exc:  # noqa: BLE001
-                    run["masked"] = student_error(exc, {**sizes, "T": T})
+                    run["masked"] = caught(exc, {**sizes, "T": T})
             runs.append(run)
         return {"runs": runs}
 
     return probe
 
 
-def call_error(what: str, run: dict, chunks) -> str:
-    """Judge side: the message for a call that raised, with what the probe established about it."""
+def call_error(what: str, run: dict, chunks) -> None:
+    """Judge side: fail for a call that raised, with what the probe established about it."""
     step, hint = run["step"], ""
-    if step and "Sizes of tensors must match except in dimension" in str(run.get("plain")):
+    if step and "Sizes of tensors must match except in dimension" in str(run.get("error")):
         hint = f" {CAT_HINT}"
     elif step:
         hint = (f" The first call{'s' if step > 1 else ''} (the first without a cache) ran: the error comes from "
                 "the part that uses the cache given back.")
-    return f"{what}: call {step + 1} (T_new = {chunks[step]}) raised {str(run['error']).rstrip('.')}.{hint}"
+    raise_caught(f"{what}: call {step + 1} (T_new = {chunks[step]})", run, hint=hint)
 
 
 def output_shapes(what: str, run: dict, expected, chunks, nh: int, hs: int, tol: float, sizes: dict) -> None:
@@ -293,7 +288,7 @@ def _judge(with_kv: bool, name: str, cases):
                                       f"T_past + T_new, hs).{extra}")
             sizes = {**case_legend(case), "T": x.shape[1]}
             if "error" in run:
-                raise CheckFailed(call_error(what, run, chunks))
+                call_error(what, run, chunks)
             output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
             got = torch.cat(run["outs"], dim=1)
             if not close(expected, got, tol, tol):
@@ -318,8 +313,9 @@ def _judge(with_kv: bool, name: str, cases):
             if "masked" in run:
                 T = mask.shape[-1]
                 want = chained(w64, x[:, :T].double(), [T], nh, n_kv, masks=[mask])[0]
-                if not isinstance(got := run["masked"], torch.Tensor):
-                    raise CheckFailed(f"{name}: a call with mask= of shape {tuple(mask.shape)} raised {got}")
+                raise_caught(f"{name}: a call with mask= of shape {tuple(mask.shape)}", got := run["masked"])
+                if not isinstance(got, torch.Tensor):
+                    raise CheckFailed(f"{name}: a call with mask= of shape {tuple(mask.shape)} returned {describe(got)}.")
                 if not close(want, got, tol, tol):
                     causal = chained(w64, x[:, :T].double(), [T], nh, n_kv)[0]
                     why = ("it ignored the mask: when mask is given, use it instead of the causal mask"

@@ -13,7 +13,7 @@ from torch import nn
 
 from helpers.checks.core import CheckFailed, need, runs, visible_and_hidden
 from helpers.checks.diagnose import trace
-from helpers.checks.errors import fail_if_raised
+from helpers.checks.errors import raise_caught
 from helpers.checks.tied_lm import (
     expect_module_class,
     fail_if_mismatch,
@@ -134,7 +134,7 @@ def _judge_mlp(cases):
             weights, x = _mlp_inputs(*case)
             _mlp_structure(f"MLP(emb_dim={C}, n_hidden={H})", run, C, H)
             what = f"MLP(emb_dim={C}, n_hidden={H}) on x of shape {tuple(x.shape)}"
-            fail_if_raised(what, run)
+            raise_caught(what, run)
             if run.get("x_changed") is not False:
                 raise CheckFailed(f"{what} changed its input x in place; a layer must leave x alone.")
             mlp = ref.MLP(C, H).double()

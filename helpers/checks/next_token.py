@@ -18,7 +18,7 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.diagnose import diagnose
-from helpers.checks.errors import attempt, fail_if_raised
+from helpers.checks.errors import attempt, raise_caught
 from helpers.checks.tokens import VOCAB
 from helpers.reference import tokens as ref
 
@@ -79,7 +79,7 @@ def _judge_shift(cases):
         for (seed, batch, T), run in zip(cases, runs(data, len(cases)), strict=True):
             ids = _shift_ids(seed, batch, T)
             what = f"shift_for_next_token(ids of shape {tuple(ids.shape)})"
-            fail_if_raised(what, run)
+            raise_caught(what, run)
             if run.get("ids_changed") is not False:
                 raise CheckFailed(f"{what} changed ids in place; leave the input alone.")
             out = run.get("out")

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
-from helpers.checks.errors import attempt, fail_if_raised
+from helpers.checks.errors import attempt, raise_caught
 from helpers.params import num_parameters
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def _judge_count(cases):
         got = []
         for case, run in zip(cases, runs(data, len(cases)), strict=True):
             what = "embedding_and_head_parameters({}, {}, tie_weights={}, head_bias={})".format(*case)
-            fail_if_raised(what, run)
+            raise_caught(what, run)
             out = run.get("out")
             if isinstance(out, bool) or not isinstance(out, int):
                 hint = ""

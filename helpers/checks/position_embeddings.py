@@ -19,14 +19,8 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.diagnose import case_sizes, diagnose
-from helpers.checks.transformer_lm_mistakes import (
-    WEAK,
-    error_data,
-    outcome,
-    position_variants,
-    raised_message,
-    same_behaviour,
-)
+from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
+from helpers.checks.transformer_lm_mistakes import WEAK, position_variants
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.
@@ -68,10 +62,8 @@ def _probe_positions(cases):
             try:
                 with torch.no_grad(), case_sizes(_pos_sizes(batch, T, C)):
                     result = add_position_embeddings(x, pos_to_embedding)
-            except NotImplementedError:
-                raise  # not answered yet: the grader says so
             except Exception as exc:  # noqa: BLE001 - the judge reads the error as evidence
-                result = error_data(exc, _pos_sizes(batch, T, C))
+                result = caught(exc, _pos_sizes(batch, T, C))
             runs.append({"result": result, "x_changed": not torch.equal(x_before, x)})
         return {"runs": runs}
 
@@ -152,8 +144,7 @@ def _judge_positions(cases):
             for label, by_seed in variants.items():
                 if all(same_behaviour(r.get("result"), by_seed[c[0]], tolerances[c[0]]) for c, r in zip(cases, found, strict=True)):
                     raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
-            if isinstance(got, dict) and "error" in got:
-                raise CheckFailed(raised_message(what, got))
+            raise_caught(what, got)
             seed, batch, T, C, max_len, dtype = case
             if not isinstance(got, torch.Tensor) or got.shape != wanted.shape:
                 raise CheckFailed(

@@ -29,6 +29,7 @@ from helpers.checks.core import (
     runs,
 )
 from helpers.checks.diagnose import case_sizes, explain_mismatch
+from helpers.checks.errors import caught, raise_caught
 from helpers.checks.kv_cache import (
     PARAMS,
     call_error,
@@ -38,7 +39,6 @@ from helpers.checks.kv_cache import (
     output_shapes,
     run_chunked,
     steady,
-    student_error,
 )
 
 
@@ -104,7 +104,7 @@ def _probe_rope(cases):
                     runs.append({"out": apply_rope(x, positions), "shifted": apply_rope(x.clone(), positions + SHIFT),
                                  "changed": not torch.equal(before, x)})
             except Exception as exc:  # noqa: BLE001
-                runs.append({"error": student_error(exc, sizes)})
+                runs.append(caught(exc, sizes))
         return {"runs": runs}
 
     return probe
@@ -114,8 +114,7 @@ def _judge_rope(cases):
     def judge(data: dict) -> str:
         for (name, x, positions), run in zip(_rope_inputs(cases), runs(data, len(cases)), strict=True):
             what = f"apply_rope on {name}"
-            if "error" in run:
-                raise CheckFailed(f"{what} raised {str(run['error']).rstrip('.')}.")
+            raise_caught(what, run)
             if run.get("changed"):
                 raise CheckFailed(f"{what} changed x in place: return a new tensor.")
             out = run["out"]
@@ -243,7 +242,7 @@ def _judge_rotary(cases):
             what = (f"RotarySelfAttention({C}, {hs}, {nh}) on x of shape {tuple(x.shape)} in chunks of {chunks}, "
                     "each call given the cache the previous one returned")
             if "error" in run:
-                raise CheckFailed(call_error(what, run, chunks))
+                call_error(what, run, chunks)
             expected, (k, v) = rotary_chained(weights, x, chunks, nh)
             tol = 1e-9 if dtype == torch.float64 else 1e-4
             sizes = {"B": B, "T": x.shape[1], "C": C, "hs": hs, "nh": nh}

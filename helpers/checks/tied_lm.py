@@ -25,7 +25,7 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.diagnose import diagnose, explain_mismatch, first_divergence, trace
-from helpers.checks.errors import attempt, fail_if_raised
+from helpers.checks.errors import attempt, raise_caught
 from helpers.params import num_parameters
 from helpers.reference import language_models as ref
 
@@ -221,7 +221,7 @@ def _judge_structure(what: str, s: dict, V: int, C: int, tied: bool) -> None:
 
 def _judge_logits(what: str, run: dict, model: nn.Module, ids, w_head, sizes: dict, dtype) -> torch.Tensor:
     """Compare the logits of ``run`` with ``model``'s (the reference's, float64); returns them."""
-    fail_if_raised(what, run)
+    raise_caught(what, run)
     ours = trace(model, ids, with_inputs=True)
     expected = model(ids)
     out = run.get("out")

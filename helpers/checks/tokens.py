@@ -13,7 +13,7 @@ import torch
 
 from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.diagnose import diagnose
-from helpers.checks.errors import attempt, fail_if_raised
+from helpers.checks.errors import attempt, raise_caught
 from helpers.reference import tokens as ref
 
 VOCAB = 256
@@ -69,12 +69,12 @@ def _names_position(message: str, position: int) -> bool:
 def _judge_encode_ok(text: str, run: dict) -> None:
     what = f"encode({_show(text)})"
     expected = ref.encode(text)  # (T,)
-    if "ÿ" in text and run.get("raised") == "ValueError":
+    if "ÿ" in text and run.get("kind") == "ValueError":
         raise CheckFailed(
             f"{what} raised ValueError ({run['message']!r}), but 'ÿ' is code point 255, the last "
             "valid id: ids run from 0 to 255, so refuse a code point only when it is >= 256."
         )
-    fail_if_raised(what, run)
+    raise_caught(what, run)
     out = run.get("out")
     if isinstance(out, list):
         raise CheckFailed(
@@ -113,7 +113,7 @@ def _judge_encode_bad(text: str, run: dict) -> None:
     position, ch = _offender(text)
     code = ord(ch)
     what = f"encode({_show(text)})"
-    if "raised" not in run:
+    if "error" not in run:
         out = run.get("out")
         got = describe(out)
         detail = ""
@@ -131,7 +131,7 @@ def _judge_encode_bad(text: str, run: dict) -> None:
             f"{what} should raise ValueError: {ch!r} at position {position} is code point {code}, "
             f"and the vocabulary only has ids 0 to {VOCAB - 1}. It returned {got}.{detail}"
         )
-    kind, message = run["raised"], run.get("message", "")
+    kind, message = run["kind"], run.get("message", "")
     if run.get("value_error") is not True:
         extra = ""
         if kind == "AssertionError":
@@ -198,7 +198,7 @@ def _judge_decode(texts):
             ids = [ord(ch) for ch in text]
             text = ref.decode(torch.tensor(ids, dtype=torch.long))  # the reference is the last word
             what = f"decode(ids of {_show(text)})"
-            kind, message = run.get("raised"), run.get("message", "")
+            kind, message = run.get("kind"), run.get("message", "")
             if kind == "UnicodeDecodeError" or "utf-8" in message.lower():
                 raise CheckFailed(
                     f"{what} raised {kind} ({message!r}): the ids are code points, not UTF-8 bytes. "
@@ -209,7 +209,7 @@ def _judge_decode(texts):
                     f"{what} raised {kind} ({message!r}): chr takes one number. Call it on each "
                     "id (ids.tolist() gives them as Python ints), then join the characters."
                 )
-            fail_if_raised(what, run)
+            raise_caught(what, run)
             out = run.get("out")
             if isinstance(out, list) and all(isinstance(c, str) for c in out):
                 raise CheckFailed(

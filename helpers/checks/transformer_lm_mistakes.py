@@ -3,8 +3,8 @@ the error it raises, and the student's own outcomes as the same kind of data.
 
 Several classic mistakes make the student's code *raise* on one input and not on another (taking
 T from the batch dimension, for instance). So the probes of ``position_embeddings`` and
-``transformer_lm`` catch errors per input and return them as data (``error_data``), and their
-judges recognise a mistake by its behaviour over all inputs (``same_behaviour``): which ones
+``transformer_lm`` catch errors per input and return them as data (``errors.caught``), and their
+judges recognise a mistake by its behaviour over all inputs (``errors.same_behaviour``): which ones
 raise, with what kind of error, and what the others return.
 """
 
@@ -13,37 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from helpers.checks.core import close, describe
-from helpers.checks.diagnose import explain_exception
-
 #: what diagnose establishes that is worth more than the plain comparison
 WEAK = ("generic", "rule_localised")
-
-
-def error_data(exc: BaseException, sizes: dict[str, int]) -> dict:
-    """An exception of the student's code as data: its text, its kind, and what it means."""
-    plain = f"{type(exc).__name__}: {exc}"[:600]
-    explained = explain_exception(exc, sizes=sizes)
-    if "'indices' to have one of the following scalar types" in plain:
-        explained = (
-            "An embedding looks its rows up by integer index, and the positions given to it are not "
-            "integers: torch.arange(T) makes int64 positions; a dtype= of a float type makes them "
-            f"floats.\n{explained}"
-        )
-    return {"error": plain, "kind": type(exc).__name__, "explained": explained[:1500]}
-
-
-def raised_message(here: str, got: dict) -> str:
-    """The message for an error of the student's code that no catalogued mistake explains."""
-    explained = got.get("explained") if isinstance(got.get("explained"), str) else got.get("error")
-    return f"{here} raised an error. {explained}"
-
-
-def same_behaviour(got, wanted, tol: float) -> bool:
-    """``got`` (student data: a tensor or an error dict) behaves like ``wanted`` (tensor or exception)."""
-    if isinstance(wanted, BaseException):  # the same error, word for word (not just the same kind)
-        return isinstance(got, dict) and got.get("error") == f"{type(wanted).__name__}: {wanted}"[:600]
-    return isinstance(got, torch.Tensor) and got.shape == wanted.shape and close(wanted, got, tol, tol)
 
 
 def _attempt(fn):
@@ -51,12 +22,6 @@ def _attempt(fn):
         return fn()
     except Exception as exc:  # noqa: BLE001 - a variant that raises is a behaviour too
         return exc
-
-
-def outcome(value) -> str:
-    if isinstance(value, dict) and "error" in value:
-        return f"raised {value['error']}"
-    return f"returned {describe(value)}"
 
 
 def position_variants(x: torch.Tensor, table: torch.Tensor) -> dict[str, object]:
