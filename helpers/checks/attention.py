@@ -22,11 +22,11 @@ from helpers.checks.causal import (
     legend,
     load_known,
     run_causal,
-    settled,
     student_case,
 )
 from helpers.checks.core import Check, CheckFailed, close, expect_callable, first_mismatch, runs
 from helpers.checks.diagnose import explain_mismatch
+from helpers.checks.verdict import settled
 from helpers.reference import attention as ref
 
 # ---------------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ from contextlib import contextmanager
 import torch
 
 from helpers.checks import diagnose as layer
-from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify, need
-from helpers.checks.diagnose import case_sizes, diagnose, explain_mismatch, explain_parts
+from helpers.checks.core import CheckFailed
+from helpers.checks.diagnose import case_sizes, explain_parts
+from helpers.checks.verdict import first_leak, judge_output
 
 
 def legend(batch: tuple, **sizes: int) -> dict[str, int]:
@@ -32,6 +33,11 @@ def changed_at(x: torch.Tensor, replacement: torch.Tensor, j: int) -> torch.Tens
     return changed
 
 
+#: errors that name a mistake of these exercises (their meaning is in the diagnosis layer): the
+#: check fails with that meaning, instead of reporting a crash
+NAMED_ERRORS = ("only supports boolean masks", "must be tuple of ints,but got float", "is out of bounds for dimension")
+
+
 @contextmanager
 def student_case(sizes: dict, reason=None):
     """Probe side: one case of a check. An error of the student's code is explained in the case's
@@ -43,7 +49,7 @@ def student_case(sizes: dict, reason=None):
         raise
     except Exception as exc:
         lead = reason(exc) if reason else None
-        if lead is None:
+        if lead is None and not any(needle in str(exc) for needle in NAMED_ERRORS):
             raise  # Check explains it in the case's legend: nothing to add
         lines = [lead, *explain_parts(exc, sizes), f"(The error itself: {type(exc).__name__}: {exc})"]
         raise CheckFailed("\n".join(line for line in lines if line)) from None
@@ -125,60 +131,12 @@ def attention_variants(run, *, C: int, T: int, hs: int, over=None) -> dict[str, 
     return variants
 
 
-def settled(out, expected: torch.Tensor, diagnosis: dict, dtype_too: bool = False):
-    """What must hold before any verdict on the values: the shape (and dtype), determinism, the
-    batch. Returns ``diagnose``'s ``(rule, message)`` when they hold; raises otherwise."""
-    wrong_type = dtype_too and isinstance(out, torch.Tensor) and out.dtype != diagnosis["dtype"]
-    if not isinstance(out, torch.Tensor) or out.shape != expected.shape or wrong_type:
-        raise CheckFailed(explain_mismatch(expected, out, **diagnosis))
-    again, tol = diagnosis.get("again"), diagnosis["atol"]
-    if isinstance(again, torch.Tensor) and again.shape == out.shape and not close(out, again, tol, tol):
-        raise CheckFailed(explain_mismatch(expected, out, **diagnosis))  # not deterministic
-    rule, message = diagnose(expected, out, **diagnosis)
-    if rule == "rule_batch":
-        raise CheckFailed(message)
-    return rule, message
-
-
 def judge_causal(run: dict, expected: torch.Tensor, variants, diagnosis: dict, *, reference, x, noun) -> None:
-    """Judge side, for a causal layer's output: shape, determinism and batch first (a leak found
-    after them would be their echo), then a leak, a catalogued mistake (``variants()``: {message:
-    output}), and last what the output and ``reference``'s sub-modules establish."""
+    """Judge side, for a causal layer's output: the kit's ``judge_output``, with a leak from the
+    future found first (shape, determinism and batch come before it: a leak would be their echo)."""
     what, tol, out = diagnosis["what"], diagnosis["atol"], run.get("out")
-    rule, message = settled(out, expected, diagnosis)
-    leaks, leak = need(run.get("leaks"), list, out.shape[-2] - 1), None
-    for j, changed in enumerate(leaks, start=1):  # the first earlier output a later token moves
-        if not isinstance(changed, torch.Tensor) or changed.shape != out.shape:
-            raise CheckFailed(f"with token {j} changed, the output is {describe(changed)}, not {tuple(out.shape)}")
-        moved = ~torch.isclose(changed[..., :j, :].double(), out[..., :j, :].double(), atol=tol, rtol=tol, equal_nan=True)
-        if moved.any():
-            i = int(moved.nonzero()[0][-2])
-            leak = f"changing only token {j} changed the output at position {i}: query {i} attends to key {j}"
-            break
-    if close(expected, out, tol, tol) and leak is None:
-        return
-    if rule == "rule_nonfinite":
-        leak = None  # inf - inf and 0 * inf move with any token: not evidence of a leak
-    label = identify(out, variants(), tol, tol)
-    if label:
-        seen = f" ({leak})" if leak else ""
-        raise CheckFailed(f"{what}: {label}{seen}. Evidence: {first_mismatch(expected, out, tol, tol)}.")
-    if leak:
-        raise CheckFailed(f"{what}: {leak}, so the layer lets the future in: the causal mask is missing or wrong, "
-                          "or an operation mixes time steps.")
-    steps = run.get("steps")
-    if rule not in ("generic", "rule_localised") or not isinstance(steps, dict) or not steps:
-        raise CheckFailed(message)
-    known = {"the input x": x}
-    ours = layer.trace(reference, x, with_inputs=True)
-    inside = layer.first_divergence(steps, ours, tol, tol, known=known)
-    if inside is None:  # every sub-module saw and returned the reference's values
-        extra = layer.difference_from(out, expected, ours, tol, tol, known=known)
-        exactly = f" The output is the reference's {'' if extra.startswith('minus') else 'plus '}{extra}." if extra else ""
-        inside = (
-            "every sub-module received and returned exactly what the reference's did, so the difference "
-            f"comes from forward's own arithmetic after the last sub-module call.{exactly} Evidence: "
-            f"{first_mismatch(expected, out, tol, tol)}."
-        )
-    lead = f"{what} is wrong" if rule == "generic" else message.partition(" Evidence: ")[0].rstrip(".")
-    raise CheckFailed(f"{lead}. Inside {noun}, {inside}")
+    judge_output(run, expected, diagnosis, variants=variants, reference=reference, inputs=(x,),
+                 known={"the input x": x}, noun=noun,
+                 leak=lambda: first_leak(out, run.get("leaks"), tol, what, tail=": query {i} attends to key {j}"),
+                 leak_means=", so the layer lets the future in: the causal mask is missing or wrong, or an operation "
+                 "mixes time steps.")

@@ -308,6 +308,12 @@ def expect_callable(value: Any, name: str) -> None:
         raise CheckFailed(f"expected the function {name}, got {describe(value)}")
 
 
+def expect_module_class(value: Any, name: str) -> None:
+    """Fail unless ``value`` is a subclass of ``nn.Module`` (the class itself, not an instance)."""
+    if not isinstance(value, type) or not issubclass(value, torch.nn.Module):
+        raise CheckFailed(f"expected the class {name} (an nn.Module), got {describe(value)}")
+
+
 def expect_tensor(value: Any, shape: tuple[int, ...], what: str) -> torch.Tensor:
     """Fail unless ``value`` is a tensor of ``shape``."""
     if not isinstance(value, torch.Tensor):

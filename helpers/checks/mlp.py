@@ -7,20 +7,15 @@ Shape legend: B batch, T sequence length, C embedding size (emb_dim), H hidden u
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.checks.core import CheckFailed, need, runs, visible_and_hidden
-from helpers.checks.diagnose import trace
+from helpers.checks.core import CheckFailed, expect_module_class, need, runs, visible_and_hidden
 from helpers.checks.errors import raise_caught
-from helpers.checks.tied_lm import (
-    expect_module_class,
-    fail_if_mismatch,
-    generator,
-    run_module,
-    tolerance,
-)
+from helpers.checks.verdict import judge_output, run_module, tolerance
 from helpers.params import num_parameters
 from helpers.reference import language_models as ref
 
@@ -38,7 +33,7 @@ def _mlp_shapes(C: int, H: int) -> dict[str, list[int]]:
 
 
 def _mlp_inputs(seed, C, H, batch, T, dtype):
-    g = generator(seed)
+    g = torch.Generator().manual_seed(seed)
     weights = {name: torch.randn(*shape, generator=g, dtype=torch.float64) for name, shape in _mlp_shapes(C, H).items()}
     x = torch.randn(*batch, T, C, generator=g, dtype=torch.float64)
     return {k: v.to(dtype) for k, v in weights.items()}, x.to(dtype)
@@ -142,13 +137,12 @@ def _judge_mlp(cases):
                 for name, param in mlp.named_parameters():
                     param.copy_(weights[name].double())
                 expected = mlp(x.double())
-                ours = trace(mlp, x.double(), with_inputs=True)
             diagnosis = {"what": what, "atol": tolerance(dtype), "rtol": tolerance(dtype), "axes": (*"BT"[-x.ndim + 1:], "C"),
                          "sizes": {**({"B": batch[0]} if batch else {}), "T": T, "C": C, "H": H},
                          "again": run.get("again"), "alone": run.get("alone"), "dtype": dtype}
             try:
-                fail_if_mismatch(expected, run.get("out"), mlp_variants({k: v.double() for k, v in weights.items()},
-                                                                 x.double()), diagnosis, run, ours)
+                judge_output(run, expected, diagnosis, reference=mlp, inputs=(x.double(),), dtype_too=True,
+                             variants=partial(mlp_variants, {k: v.double() for k, v in weights.items()}, x.double()))
             except CheckFailed as failed:  # name the layers of the Sequential by what they are
                 message = str(failed)
                 for name, gloss in MLP_LAYERS.items():

@@ -20,7 +20,8 @@ from helpers.checks.core import (
 )
 from helpers.checks.diagnose import case_sizes, diagnose
 from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
-from helpers.checks.transformer_lm_mistakes import WEAK, position_variants
+from helpers.checks.transformer_lm_mistakes import position_variants
+from helpers.checks.verdict import WEAK
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.

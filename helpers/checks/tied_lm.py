@@ -1,7 +1,6 @@
 """Checks for lesson 02 (language models without context): BareBonesLM, an embedding table and a
-head that share one weight. Also what the lesson's other check modules (``cross_entropy``, ``mlp``)
-use: seeded inputs, tolerances, a module run with its sub-layers traced, a wrong output named or
-located.
+head that share one weight: its structure read back (the weight shared or not, the counts), and its
+logits judged by the kit's ``verdict``.
 
 Shape legend: B batch, T sequence length, C embedding size (emb_dim), V vocabulary size (n_vocab).
 No two of them are equal in any case.
@@ -18,63 +17,16 @@ from helpers.checks.core import (
     CheckFailed,
     close,
     describe,
+    expect_module_class,
     first_mismatch,
-    identify,
     need,
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import diagnose, explain_mismatch, first_divergence, trace
-from helpers.checks.errors import attempt, raise_caught
+from helpers.checks.errors import raise_caught
+from helpers.checks.verdict import judge_output, run_module, tolerance
 from helpers.params import num_parameters
 from helpers.reference import language_models as ref
-
-
-def generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def tolerance(dtype: torch.dtype) -> float:
-    return 1e-9 if dtype == torch.float64 else 1e-4
-
-
-def expect_module_class(obj, name: str) -> None:
-    if not isinstance(obj, type) or not issubclass(obj, nn.Module):
-        raise CheckFailed(f"expected the class {name} (an nn.Module), got {describe(obj)}")
-
-
-def run_module(module: nn.Module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
-    """The module's output on x, on x again (deterministic?), on each batch element alone (does it
-    mix the batch?) and every submodule's output on the way (where does it depart?)."""
-    run = attempt(module, x, sizes=sizes)
-    if "out" in run:
-        run["again"] = attempt(module, x.clone(), sizes=sizes).get("out")
-        if batched:
-            run["alone"] = [attempt(module, x[b:b + 1].clone(), sizes=sizes).get("out") for b in range(x.shape[0])]
-        run["steps"] = attempt(lambda v: trace(module, v, with_inputs=True), x.clone(), sizes=sizes).get("out")
-    return run
-
-
-def fail_if_mismatch(expected, out, variants: dict, diagnosis: dict, run: dict, ours: dict | None = None) -> None:
-    """Raise the message for a wrong output: a catalogued mistake's name, what the output itself
-    establishes, and where inside the module the first value departs from the reference's."""
-    what, tol = diagnosis["what"], diagnosis["atol"]
-    if not isinstance(out, torch.Tensor) or out.shape != expected.shape:
-        raise CheckFailed(explain_mismatch(expected, out, **diagnosis))
-    if close(expected, out, tol, tol) and out.dtype == diagnosis["dtype"]:
-        return
-    rule, message = diagnose(expected, out, **diagnosis)
-    label = None if rule in ("rule_determinism", "rule_batch") else identify(out, variants, tol, tol)
-    if label:
-        raise CheckFailed(f"{what}: {label}. Evidence: {first_mismatch(expected, out, tol, tol)}.")
-    steps = run.get("steps")
-    if rule in ("generic", "rule_localised") and ours and isinstance(steps, dict):
-        inside = first_divergence(steps, ours, tol, tol)
-        if inside:
-            lead = f"{what} is wrong" if rule == "generic" else message.partition(" Evidence: ")[0].rstrip(".")
-            message = f"{lead}. Inside the model, {inside}"
-    raise CheckFailed(message)
-
 
 # ---------------------------------------------------------------------------------------------
 # BareBonesLM(n_vocab, emb_dim, tie_weights=True): ids (..., T) -> logits (..., T, V)
@@ -86,7 +38,7 @@ LM_STEP_LR = 0.5
 
 
 def _lm_inputs(seed, V, C, batch, T, dtype):
-    g = generator(seed)
+    g = torch.Generator().manual_seed(seed)
     w_emb = torch.randn(V, C, generator=g, dtype=torch.float64)
     w_head = torch.randn(V, C, generator=g, dtype=torch.float64)
     ids = torch.randint(0, V, (*batch, T), generator=g)
@@ -222,7 +174,6 @@ def _judge_structure(what: str, s: dict, V: int, C: int, tied: bool) -> None:
 def _judge_logits(what: str, run: dict, model: nn.Module, ids, w_head, sizes: dict, dtype) -> torch.Tensor:
     """Compare the logits of ``run`` with ``model``'s (the reference's, float64); returns them."""
     raise_caught(what, run)
-    ours = trace(model, ids, with_inputs=True)
     expected = model(ids)
     out = run.get("out")
     if isinstance(out, torch.Tensor) and out.ndim == expected.ndim and out.shape[:-1] == expected.shape[:-1] \
@@ -234,7 +185,8 @@ def _judge_logits(what: str, run: dict, model: nn.Module, ids, w_head, sizes: di
     w_emb = model.word_to_embedding.weight.detach()
     diagnosis = {"what": what, "atol": tolerance(dtype), "rtol": tolerance(dtype), "axes": (*"BT"[-ids.ndim:], "V"),
                  "sizes": sizes, "again": run.get("again"), "alone": run.get("alone"), "dtype": dtype}
-    fail_if_mismatch(expected.detach(), out, lm_variants(w_emb, w_head, ids), diagnosis, run, ours)
+    judge_output(run, expected.detach(), diagnosis, variants=lambda: lm_variants(w_emb, w_head, ids), reference=model,
+                 inputs=(ids,), dtype_too=True)
     return expected
 
 

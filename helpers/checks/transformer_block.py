@@ -8,8 +8,8 @@ its dimensions are equal. The classic mistakes, as what each would compute, are 
 
 from __future__ import annotations
 
-import copy
 import math
+from functools import partial
 
 import torch
 from torch import nn
@@ -18,23 +18,12 @@ from helpers.checks.core import (
     CheckFailed,
     close,
     describe,
-    expect_tensor,
-    first_mismatch,
-    identify,
-    need,
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import (
-    _gloss,
-    case_sizes,
-    diagnose,
-    difference_from,
-    first_divergence,
-    precision_lost,
-    trace,
-)
+from helpers.checks.diagnose import _gloss, case_sizes, trace
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, block_variants
+from helpers.checks.verdict import first_leak, judge_output
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.
@@ -195,37 +184,6 @@ def calls_note(recorded, out: torch.Tensor, x: torch.Tensor, tol: float, once: b
     return " ".join(notes)
 
 
-def _block_mismatch(block, xd, expected, out, run, diagnosis) -> str:
-    """The message for a block output that no catalogued mistake explains: what the output itself
-    establishes, and where inside the block the first value departs from the reference's."""
-    rule, message = diagnose(expected, out, **diagnosis)
-    steps, tol = run.get("steps"), diagnosis["atol"]
-    if rule not in ("generic", "rule_localised") or not isinstance(steps, dict):
-        return message
-    lost = precision_lost(expected, out, diagnosis["what"], diagnosis["dtype"], tol, lambda: copy.deepcopy(block).float()(xd.float()))
-    if lost:
-        return lost
-    ours = trace(block, xd, with_inputs=True)
-    known = {"the block's input x": xd}
-    inside = first_divergence(steps, ours, tol, tol, known=known)
-    note = calls_note(run.get("calls"), out, xd, tol)
-    if inside is None:  # every sub-layer saw and returned the reference's values (on its first call)
-        extra = difference_from(out, expected, ours, tol, tol, known=known)
-        exactly = f" The output is the reference's {'' if extra.startswith('minus') else 'plus '}{extra}." if extra else ""
-        inside = (
-            "every sub-layer received and returned exactly what the reference's did"
-            + (" on its first call." if "calls" in note else ", so the difference comes from forward's own "
-               "arithmetic after the last sub-layer call.")
-            + exactly
-        )
-        note = f"{note} Evidence: {first_mismatch(expected, out, tol, tol)}.".strip()
-    inside = f"{inside} {note}".strip()
-    lead, _, _ = message.partition(" Evidence: ")
-    if rule == "generic":
-        lead = f"{diagnosis['what']} is wrong"
-    return f"{lead.rstrip('.')}. Inside the block, {inside}"
-
-
 def _judge_block(cases):
     def judge(data: dict) -> str:
         found = runs(data, len(cases))
@@ -254,34 +212,12 @@ def _judge_block(cases):
                 "sizes": _block_sizes(batch, T, C, hs, nh, n_hidden), "again": run.get("again"),
                 "alone": run.get("alone"), "dtype": dtype,
             }
-            out = run["out"]
-            rule, message = diagnose(expected, out, **diagnosis)
-            # a wrong shape; not deterministic (a leak or a mismatch found below would only be noise);
-            # right alone but wrong together (a leak found below would be its echo)
-            if rule in ("not_a_tensor", "rule_shape", "rule_determinism", "rule_batch"):
-                raise CheckFailed(message)
-            leaks = need(run.get("leaks"), list, T - 1)
-            leak = None
-            for j, changed in enumerate(leaks, start=1):
-                changed = expect_tensor(changed, shape, what)
-                moved = ~torch.isclose(changed[..., :j, :].double(), out[..., :j, :].double(), atol=tol, rtol=tol)
-                if moved.any():
-                    i = int(moved.nonzero()[0][-2])
-                    leak = f"changing only token {j} changed the output at position {i}, an earlier one"
-                    break
-            if close(expected, out, tol, tol) and leak is None:
-                continue
-            with torch.no_grad():
-                label = identify(out, block_variants(block, xd), tol, tol)
-            evidence = first_mismatch(expected, out, tol, tol)
-            if label:
-                raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
-            if leak:
-                raise CheckFailed(
-                    f"{what}: {leak}. A block must stay causal: only the attention mixes positions, "
-                    "and only with the past."
-                )
-            raise CheckFailed(_block_mismatch(block, xd, expected, out, run, diagnosis))
+            out = run.get("out")
+            judge_output(run, expected, diagnosis, variants=partial(block_variants, block, xd), reference=block,
+                         inputs=(xd,), known={"the block's input x": xd}, noun="the block", part="sub-layer",
+                         leak=partial(first_leak, out, run.get("leaks"), tol, what),
+                         leak_means=". A block must stay causal: only the attention mixes positions, and only with the past.",
+                         note=partial(calls_note, run.get("calls"), out, xd, tol))
         shapes = ", ".join(f"x{(*c[1], c[2], c[3])}" for c in cases)
         return (
             f"TransformerBlock: {shapes} with known weights match the reference pre-LN block "

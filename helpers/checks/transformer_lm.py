@@ -26,9 +26,10 @@ from helpers.checks.core import (
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import case_sizes, diagnose, first_divergence, precision_lost, trace
+from helpers.checks.diagnose import case_sizes, diagnose, precision_lost, trace
 from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
-from helpers.checks.transformer_lm_mistakes import WEAK, lm_variants
+from helpers.checks.transformer_lm_mistakes import lm_variants
+from helpers.checks.verdict import WEAK, inside
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.
@@ -176,15 +177,11 @@ def _lm_mismatch(model, ids, expected, got, run, here, tol, key, cfg, dtype) -> 
     if lost:
         return lost
     with torch.no_grad():
-        ours = trace(model, ids, with_inputs=True)
         tokens = model.word_to_embedding(ids)  # (B, T, C)
         known = {"the token embeddings": tokens,
                  "the position embeddings": model.pos_to_embedding(torch.arange(T)).expand_as(tokens)}
-    inside = first_divergence(steps, ours, tol, tol, known=known) or (
-        "every submodule received and returned what the reference's did, so the difference comes from "
-        f"forward's own arithmetic after the last call. Evidence: {first_mismatch(expected, got, tol, tol)}."
-    )
-    return f"{message.partition(' Evidence: ')[0].rstrip('.')}. Inside the model, {inside}"
+    found = inside(run, expected, got, model, (ids,), tol, known=known)
+    return f"{message.partition(' Evidence: ')[0].rstrip('.')}. Inside the model, {found}"
 
 
 def _judge_lm(cases):

@@ -13,9 +13,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-#: what diagnose establishes that is worth more than the plain comparison
-WEAK = ("generic", "rule_localised")
-
 
 def _attempt(fn):
     try:

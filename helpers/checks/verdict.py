@@ -1,0 +1,142 @@
+"""The judge's verdict on a module's output, shared by every check of a layer or a model.
+
+The probe runs the student's module with ``run_module``: the output, the same input again
+(deterministic?), each batch element alone (does it mix the batch?) and ``trace``'s record of
+every sub-module's input and output. With a later token changed at a time (``leaks``), it also
+shows whether an earlier output moves. The judge then calls ``judge_output``, which says, in this
+order, what holds before any verdict on the values (shape, dtype, determinism, the batch), a leak
+from the future, a catalogued mistake (``variants``: {message: the output that mistake computes}),
+and last what the output establishes with where inside the module the first value departs from the
+reference's (``inside``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify, need
+from helpers.checks.diagnose import (
+    diagnose,
+    difference_from,
+    explain_mismatch,
+    first_divergence,
+    precision_lost,
+    trace,
+)
+from helpers.checks.errors import attempt
+
+#: what diagnose establishes that is worth less than a catalogued mistake or the inside view
+WEAK = ("generic", "rule_localised")
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    """The tolerance of a module's output computed in ``dtype``, against the float64 reference."""
+    return 1e-9 if dtype == torch.float64 else 1e-4
+
+
+def run_module(module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
+    """Probe side: the module's output on x (``attempt``'s record), on x again, on each batch element
+    alone when ``batched``, and every sub-module's input and output on the way (``steps``)."""
+    run = attempt(module, x, sizes=sizes)
+    if "out" in run:
+        run["again"] = attempt(module, x.clone(), sizes=sizes).get("out")
+        if batched:
+            run["alone"] = [attempt(module, x[b:b + 1].clone(), sizes=sizes).get("out") for b in range(x.shape[0])]
+        run["steps"] = attempt(lambda v: trace(module, v, with_inputs=True), x.clone(), sizes=sizes).get("out")
+    return run
+
+
+def settled(out, expected: torch.Tensor, diagnosis: dict, dtype_too: bool = False) -> tuple[str, str]:
+    """What must hold before any verdict on the values: the shape (and the dtype), determinism, the
+    batch. Returns ``diagnose``'s ``(rule, message)`` when they hold; raises otherwise."""
+    wrong_type = dtype_too and isinstance(out, torch.Tensor) and out.dtype != diagnosis["dtype"]
+    if not isinstance(out, torch.Tensor) or out.shape != expected.shape or wrong_type:
+        raise CheckFailed(explain_mismatch(expected, out, **diagnosis))
+    again, tol = diagnosis.get("again"), diagnosis["atol"]
+    if isinstance(again, torch.Tensor) and again.shape == out.shape and not close(out, again, tol, tol):
+        raise CheckFailed(explain_mismatch(expected, out, **diagnosis))  # not deterministic
+    rule, message = diagnose(expected, out, **diagnosis)
+    if rule == "rule_batch":
+        raise CheckFailed(message)
+    return rule, message
+
+
+def first_leak(out: torch.Tensor, leaks, tol: float, what: str, noun: str = "the output",
+               tail: str = ", an earlier one") -> str | None:
+    """The first earlier output that changing a later token moves, in words, or None. ``leaks[j - 1]``
+    is the output with only token ``j`` changed (along the second-to-last axis of ``out``); ``tail``
+    may name the query ``{i}`` and the key ``{j}``."""
+    for j, changed in enumerate(need(leaks, list, out.shape[-2] - 1), start=1):
+        if not isinstance(changed, torch.Tensor) or changed.shape != out.shape:
+            raise CheckFailed(f"{what}: with token {j} changed, the output is {describe(changed)}, not {tuple(out.shape)}.")
+        moved = ~torch.isclose(changed[..., :j, :].double(), out[..., :j, :].double(), atol=tol, rtol=tol, equal_nan=True)
+        if moved.any():
+            where = moved.nonzero()[0]
+            i = int(where[-2])
+            row = f" (sequence {int(where[0])})" if out.dim() > 2 else ""
+            return f"changing only token {j} changed {noun} at position {i}{row}" + tail.format(i=i, j=j)
+    return None
+
+
+def inside(run: dict, expected, out, reference, inputs: tuple, tol: float, *, known=None, part: str = "sub-module",
+           note: str = "") -> str:
+    """Where inside the module the first value departs from ``reference``'s on ``inputs``; when
+    none does, that the difference comes from forward's own arithmetic, and by how much."""
+    ours = trace(reference, *inputs, with_inputs=True)
+    found = first_divergence(run.get("steps"), ours, tol, tol, known=known)
+    if found is None:  # every sub-module saw and returned the reference's values
+        extra = difference_from(out, expected, ours, tol, tol, known=known)
+        exactly = f" The output is the reference's {'' if extra.startswith('minus') else 'plus '}{extra}." if extra else ""
+        found = (f"every {part} received and returned exactly what the reference's did"
+                 + (" on its first call." if "calls" in note  # a note on a sub-module called more than once
+                    else f", so the difference comes from forward's own arithmetic after the last {part} call.")
+                 + exactly)
+        note = f"{note} Evidence: {first_mismatch(expected, out, tol, tol)}.".strip()
+    return f"{found} {note}".strip()
+
+
+def judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variants: Callable[[], dict] = dict,
+                 reference=None, inputs: tuple = (), known=None, noun: str = "the model", part: str = "sub-module",
+                 leak: Callable[[], str | None] = lambda: None, leak_means: str = "", note: Callable[[], str] = str,
+                 dtype_too: bool = False) -> None:
+    """Judge side: fail with the message for a wrong output ``run["out"]``, or return when it is right.
+
+    ``diagnosis``: ``diagnose``'s keyword arguments (``what``, ``atol``, ``again``, ``alone``...);
+    ``variants()``: the catalogued mistakes; ``reference(*inputs)`` computed ``expected``, and its
+    trace is compared with the student's (``known``: other values of its forward pass, by name);
+    ``leak()``: ``first_leak``'s finding (asked once the shape is known to be right), and ``leak_means``
+    what it says of the module; ``dtype_too``:
+    the output must also keep the input's dtype."""
+    what, tol, out = diagnosis["what"], diagnosis["atol"], run.get("out")
+    rule, message = settled(out, expected, diagnosis, dtype_too)
+    leak = leak()
+    if close(expected, out, tol, tol) and leak is None:
+        return
+    if rule == "rule_nonfinite":
+        leak = None  # inf - inf and 0 * inf move with any token: not evidence of a leak
+    with torch.no_grad():
+        label = identify(out, variants(), tol, tol)
+    if label:
+        seen = f" ({leak})" if leak else ""
+        raise CheckFailed(f"{what}: {label}{seen}. Evidence: {first_mismatch(expected, out, tol, tol)}.")
+    if leak:
+        raise CheckFailed(f"{what}: {leak}{leak_means}")
+    steps = run.get("steps")
+    if rule not in WEAK or reference is None or not isinstance(steps, dict) or not steps:
+        raise CheckFailed(message)
+    lost = precision_lost(expected, out, what, diagnosis["dtype"], tol,
+                          lambda: _in_float32(reference, inputs))
+    if lost:
+        raise CheckFailed(lost)
+    found = inside(run, expected, out, reference, inputs, tol, known=known, part=part, note=note())
+    lead = f"{what} is wrong" if rule == "generic" else message.partition(" Evidence: ")[0].rstrip(".")
+    raise CheckFailed(f"{lead}. Inside {noun}, {found}")
+
+
+def _in_float32(reference, inputs: tuple) -> torch.Tensor:
+    import copy
+
+    with torch.no_grad():
+        return copy.deepcopy(reference).float()(*(x.float() if x.is_floating_point() else x for x in inputs))
