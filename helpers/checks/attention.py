@@ -20,13 +20,19 @@ from helpers.checks.causal import (
     attention_variants,
     judge_causal,
     legend,
-    load_known,
     run_causal,
     student_case,
 )
-from helpers.checks.core import Check, CheckFailed, close, expect_callable, first_mismatch, runs
+from helpers.checks.core import (
+    CheckFailed,
+    close,
+    expect_callable,
+    first_mismatch,
+    runs,
+    visible_and_hidden,
+)
 from helpers.checks.diagnose import explain_mismatch
-from helpers.checks.verdict import settled
+from helpers.checks.verdict import load_weights, settled, tolerance
 from helpers.reference import attention as ref
 
 # ---------------------------------------------------------------------------------------------
@@ -117,9 +123,8 @@ def _judge_mask(cases):
     return judge
 
 
-check_causal_mask = Check("check_causal_mask", _probe_mask(MASK_CASES), _judge_mask(MASK_CASES))
-check_causal_mask_hidden = Check("check_causal_mask_hidden", _probe_mask(MASK_HIDDEN_CASES),
-                                 _judge_mask(MASK_HIDDEN_CASES), hidden=True)
+check_causal_mask, check_causal_mask_hidden = visible_and_hidden(
+    "check_causal_mask", _probe_mask, _judge_mask, MASK_CASES, MASK_HIDDEN_CASES)
 
 # ---------------------------------------------------------------------------------------------
 # AttentionHead(emb_dim, head_dim): x (..., T, C) -> (..., T, hs)
@@ -191,7 +196,7 @@ def _probe_head(cases):
                 weights, x, replacement = _head_inputs(seed, batch, T, C, hs, dtype)
                 with student_case(legend(batch, T=T, C=C, hs=hs)):
                     head = head_class(C, hs).to(dtype)
-                    load_known(head, weights, f"{head_class.__name__}({C}, {hs})", "three bias-free nn.Linear layers")
+                    load_weights(head, weights, f"{head_class.__name__}({C}, {hs})", "three bias-free nn.Linear layers")
                     runs.append(run_causal(head, x, replacement))
         return {"runs": runs}
 
@@ -221,7 +226,7 @@ def _judge_head(cases):
                 head = ref.AttentionHead(C, hs).double()
                 for name, param in head.named_parameters():
                     param.copy_(weights[name].double())
-                xd, tol = x.double(), (1e-9 if dtype == torch.float64 else 1e-4)
+                xd, tol = x.double(), tolerance(dtype)
                 diagnosis = {"what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "hs"),
                              "sizes": legend(batch, T=T, C=C, hs=hs), "again": run.get("again"),
                              "alone": run.get("alone"), "dtype": dtype}
@@ -233,6 +238,5 @@ def _judge_head(cases):
     return judge
 
 
-check_attention_head = Check("check_attention_head", _probe_head(HEAD_CASES), _judge_head(HEAD_CASES))
-check_attention_head_hidden = Check("check_attention_head_hidden", _probe_head(HEAD_HIDDEN_CASES),
-                                    _judge_head(HEAD_HIDDEN_CASES), hidden=True)
+check_attention_head, check_attention_head_hidden = visible_and_hidden(
+    "check_attention_head", _probe_head, _judge_head, HEAD_CASES, HEAD_HIDDEN_CASES)

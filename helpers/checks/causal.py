@@ -69,22 +69,6 @@ def run_causal(module, x: torch.Tensor, replacement: torch.Tensor) -> dict:
     return {"out": out, "x_changed": x_changed, "again": again, "alone": alone, "leaks": leaks, "steps": steps}
 
 
-def load_known(module, params: dict[str, torch.Tensor], what: str, layout: str) -> None:
-    """Probe side: copy the check's weights into the student's module, whose parameters must have
-    exactly these names and shapes (``layout``: what the given ``__init__`` builds)."""
-    names = sorted(name for name, _ in module.named_parameters())
-    if names != sorted(params):
-        raise CheckFailed(f"{what} should have exactly the parameters {sorted(params)} ({layout}); it has {names}.")
-    with torch.no_grad():
-        for name, param in module.named_parameters():
-            if tuple(param.shape) != tuple(params[name].shape):
-                raise CheckFailed(
-                    f"{what}: {name} has shape {tuple(param.shape)}, expected {tuple(params[name].shape)} "
-                    "(nn.Linear(in, out) stores a weight of shape (out, in)); keep the given __init__."
-                )
-            param.copy_(params[name])
-
-
 def attend(q, k, v, *, scale, mask="causal", dim=-1, transposed=False):
     """Attention, q, k, v (..., T, hs) -> (..., T, hs), under a named mistake (float64)."""
     T = q.shape[-2]

@@ -185,10 +185,10 @@ def _judge_ce(cases):
             message = run.get("message", "")
             if "error" in run and len(lead) > 1 and any("out" in r for c, r in zip(cases, found, strict=True)
                                                           if len(c[1]) == 1):
-                raise_caught(what, run, hint=", although (N, V) logits worked: flatten first, "
+                raise_caught(what, run, hint="It worked on (N, V) logits: flatten first, "
                                "logits.reshape(-1, V) and targets.reshape(-1).")
             if "in-place" in message or "inplace" in message:
-                raise_caught(what, run, hint=": do not change logits in place (x -= m); compute a new tensor (x - m).")
+                raise_caught(what, run, hint="The in-place change is the cause: do not change logits in place (x -= m); compute a new tensor (x - m).")
             raise_caught(what, run)
             out = run.get("out")
             if isinstance(out, float):

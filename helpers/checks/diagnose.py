@@ -1004,8 +1004,9 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
         return (
             f"An index {index} was used on an axis of size {n(size)} (dimension {dim} of the tensor indexed), "
             f"whose valid indices are 0 … {int(size) - 1}: the index was computed from another axis's size, "
-            "the tensor has its axes in another order than the code assumes, or an index counted from the "
-            "front lands on another axis when the input has more axes (a batch): index from the end, x[..., i, j]."
+            "or the tensor has its axes in another order than the code assumes."
+            + (" An index counted from the front lands on another axis when the input has more axes (a batch): "
+               "index from the end, x[..., i, j]." if _letter(int(size), sizes) in ("B", "nh") else "")
         )
     if "only supports boolean masks" in text:
         return ("masked_fill needs a boolean mask, True where the value is replaced: create the mask with "

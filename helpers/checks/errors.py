@@ -53,16 +53,16 @@ def attempt(fn, *args, sizes: dict[str, int] | None = None) -> dict:
 
 
 def raise_caught(what: str, run, hints=(), hint: str = "") -> None:
-    """Judge side: fail when ``run`` holds an error: "``what`` raised TypeName: message``hint``", where
-    it was raised and what it means, then the hint of the first ``(needles, hint)`` of ``hints`` with
-    a needle in the error's text."""
+    """Judge side: fail when ``run`` holds an error: "``what`` raised TypeName: message", where it was
+    raised and what it means, then ``hint`` (what the check established about the error) and the hint
+    of the first ``(needles, hint)`` of ``hints`` with a needle in the error's text."""
     if not isinstance(run, dict) or "error" not in run:
         return
     error = str(run["error"])
     explained = run.get("explained") if isinstance(run.get("explained"), str) else ""
     matched = next((h for needle, h in hints if any(n in error for n in ([needle] if isinstance(needle, str) else needle))),
                    None)
-    raise CheckFailed("\n".join(x for x in (f"{what} raised {error}{hint}", explained, matched) if x))
+    raise CheckFailed("\n".join(x for x in (f"{what} raised {error}", explained, hint.strip(), matched) if x))
 
 
 def same_behaviour(got, wanted, tol: float) -> bool:

@@ -27,6 +27,7 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.diagnose import explain_exception, explain_mismatch
+from helpers.checks.errors import caught, raise_caught
 from helpers.checks.gpt2_format import (
     _cause,
     _same,
@@ -34,6 +35,7 @@ from helpers.checks.gpt2_format import (
     gpt2_shaped_config,
     sublayer_outputs,
 )
+from helpers.checks.verdict import tolerance
 
 __all__ = ["check_gelu", "check_load_gpt2", "gpt2_format_checkpoint", "gpt2_shaped_config", "sublayer_outputs"]
 
@@ -65,10 +67,8 @@ def _probe_gelu(cases):
                 with calls_to((F, "gelu", "F.gelu"), (nn.GELU, "forward", "nn.GELU")) as library:
                     out = gelu(x, approximate=approximate)
                 again = gelu(x.clone(), approximate=approximate)
-            except NotImplementedError:
-                raise
             except Exception as exc:  # noqa: BLE001 - the error is evidence
-                runs.append({"out": {"error": explain_exception(exc)[:900]}, "x_changed": not torch.equal(before, x)})
+                runs.append({"out": caught(exc), "x_changed": not torch.equal(before, x)})
                 continue
             try:  # the same form on a fine grid in float64: what the judge reads the curve from
                 curve = gelu(GRID.clone(), approximate=approximate)
@@ -183,8 +183,7 @@ def _judge_gelu(cases):
         for (seed, shape, dtype, approximate), run in zip(cases, runs(data, len(cases)), strict=True):
             what = f"gelu(x, approximate={approximate!r}) on a {str(dtype)[6:]} x of shape {shape}"
             got = run.get("out")
-            if isinstance(got, dict) and "error" in got:
-                raise CheckFailed(f"{what} raised {got['error']}")
+            raise_caught(what, got)
             if run.get("x_changed") is not False:
                 raise CheckFailed(f"{what} changed x in place: return a new tensor.")
             if run.get("library"):
@@ -312,7 +311,7 @@ def _judge_load(cases):
             expected = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
             wanted = sublayer_outputs(model, _ids(case))
             got_params, got_outputs = run.get("params") or {}, run.get("outputs") or {}
-            tol = 1e-9 if dtype == torch.float64 else 1e-4
+            tol = tolerance(dtype)
             for place, want in wanted.items():
                 have = got_outputs.get(place)
                 if isinstance(have, torch.Tensor) and have.shape == want.shape and torch.allclose(have.double(), want.double(), atol=tol, rtol=tol):

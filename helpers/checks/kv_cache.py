@@ -26,6 +26,7 @@ from helpers.checks import core
 from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify, runs
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
+from helpers.checks.verdict import load_weights, tolerance
 
 # lesson 06's model: hidden while lessons up to 06 are graded, so used only inside functions
 from helpers.reference.transformer_lm import Config, TransformerLM
@@ -137,19 +138,6 @@ def _inputs(case):
     return weights, x, mask
 
 
-def load_weights(module, weights: dict, what: str) -> None:
-    """Probe side: copy the check's weights into the student's module: exactly PARAMS, their shapes."""
-    names = sorted(name for name, _ in module.named_parameters())
-    if names != list(PARAMS):
-        raise CheckFailed(f"{what} should have exactly the parameters {', '.join(PARAMS)} (keep the constructor "
-                          f"as given); it has {names}.")
-    with torch.no_grad():
-        for name, param in module.named_parameters():
-            if tuple(param.shape) != tuple(weights[name].shape):
-                raise CheckFailed(f"{what}: {name} has shape {tuple(param.shape)}, expected {tuple(weights[name].shape)}.")
-            param.copy_(weights[name])
-
-
 def case_legend(case) -> dict:
     return dict(zip(("B", "C", "hs", "nh", "n_kv"), case[1 : 6 if case[5] != case[4] else 5], strict=False))
 
@@ -190,8 +178,7 @@ def run_chunked(module, x, chunks, sizes: dict) -> dict:
 
 def _probe(with_kv: bool, cases):
     def probe(cls) -> dict:
-        if not isinstance(cls, type):
-            raise CheckFailed(f"expected a class, got {describe(cls)}")
+        core.expect_module_class(cls, "GroupedQueryAttention" if with_kv else "CachedSelfAttention")
         runs = []
         for case in cases:
             seed, B, C, hs, nh, n_kv, chunks, dtype = case
@@ -273,7 +260,7 @@ def _judge(with_kv: bool, name: str, cases):
             weights, x, mask = _inputs(case)
             w64 = {k: v.double() for k, v in weights.items()}
             expected, caches = chained(w64, x.double(), chunks, nh, n_kv)
-            tol = 1e-9 if dtype == torch.float64 else 1e-4
+            tol = tolerance(dtype)
             what = (f"{name}({C}, {hs}, {nh}{f', {n_kv}' if with_kv else ''}) on x of shape {tuple(x.shape)} "
                     f"in chunks of {chunks} new positions, each call given the cache the previous one returned")
             for step, (shape, (k_exp, _)) in enumerate(zip(run["shapes"], caches, strict=False)):

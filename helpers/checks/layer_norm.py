@@ -19,6 +19,7 @@ from helpers.checks.core import (
     calls_to,
     close,
     describe,
+    expect_module_class,
     expect_tensor,
     first_mismatch,
     identify,
@@ -76,8 +77,7 @@ def _ln_name(C: int, eps) -> str:
 
 def _probe_layer_norm(cases):
     def probe(ln_class) -> dict:
-        if not isinstance(ln_class, type) or not issubclass(ln_class, nn.Module):
-            raise CheckFailed(f"expected the class LayerNorm (an nn.Module), got {describe(ln_class)}")
+        expect_module_class(ln_class, "LayerNorm")
         runs = []
         for seed, shape, eps, dtype in cases:
             with case_sizes(_ln_sizes(shape)):

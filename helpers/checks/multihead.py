@@ -24,11 +24,11 @@ from helpers.checks.causal import (
     attention_variants,
     judge_causal,
     legend,
-    load_known,
     run_causal,
     student_case,
 )
-from helpers.checks.core import Check, CheckFailed, describe, runs
+from helpers.checks.core import CheckFailed, expect_module_class, runs, visible_and_hidden
+from helpers.checks.verdict import load_weights, tolerance
 from helpers.reference import multihead as ref
 
 F64, F32 = torch.float64, torch.float32
@@ -259,14 +259,13 @@ def _build(cls, kind, weights, C, hs, nh, dtype, what):
         params = {f"{p}.weight": _stacked(weights, p) for p in PROJECTIONS}
     params["to_output.weight"] = weights["to_output"]
     module = module.to(dtype)
-    load_known(module, {k: v.to(dtype) for k, v in params.items()}, what, "keep the given __init__: bias-free nn.Linear layers")
+    load_weights(module, {k: v.to(dtype) for k, v in params.items()}, what, "keep the given __init__: bias-free nn.Linear layers")
     return module
 
 
 def _probe(kind: str, cases):
     def probe(cls) -> dict:
-        if not isinstance(cls, type):
-            raise CheckFailed(f"expected the class itself, got {describe(cls)}")
+        expect_module_class(cls, "MultiHeadAttention" if kind == "mha" else "CausalSelfAttention")
         runs = []
         for seed, batch, T, C, hs, nh, dtype in cases:
             weights, x, replacement = _inputs(seed, batch, T, C, hs, nh, dtype)
@@ -327,7 +326,7 @@ def _judge(kind: str, cases):
                 module.to_output.weight.copy_(weights["to_output"])
                 if kind == "csa":
                     module = ref.fuse_heads(module)  # the batched reference, same weights
-                xd, tol = x.double(), (1e-9 if dtype == torch.float64 else 1e-4)
+                xd, tol = x.double(), tolerance(dtype)
                 diagnosis = {"what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "C"),
                              "sizes": legend(batch, T=T, C=C, hs=hs, nh=nh), "again": run.get("again"),
                              "alone": run.get("alone"), "dtype": dtype}
@@ -339,11 +338,7 @@ def _judge(kind: str, cases):
     return judge
 
 
-check_multi_head_attention = Check("check_multi_head_attention", _probe("mha", MHA_CASES), _judge("mha", MHA_CASES))
-check_multi_head_attention_hidden = Check(
-    "check_multi_head_attention_hidden", _probe("mha", MHA_HIDDEN_CASES), _judge("mha", MHA_HIDDEN_CASES), hidden=True
-)
-check_causal_self_attention = Check("check_causal_self_attention", _probe("csa", CSA_CASES), _judge("csa", CSA_CASES))
-check_causal_self_attention_hidden = Check(
-    "check_causal_self_attention_hidden", _probe("csa", CSA_HIDDEN_CASES), _judge("csa", CSA_HIDDEN_CASES), hidden=True
-)
+check_multi_head_attention, check_multi_head_attention_hidden = visible_and_hidden(
+    "check_multi_head_attention", partial(_probe, "mha"), partial(_judge, "mha"), MHA_CASES, MHA_HIDDEN_CASES)
+check_causal_self_attention, check_causal_self_attention_hidden = visible_and_hidden(
+    "check_causal_self_attention", partial(_probe, "csa"), partial(_judge, "csa"), CSA_CASES, CSA_HIDDEN_CASES)

@@ -19,14 +19,15 @@ import math
 import torch
 
 from helpers.checks.core import (
-    Check,
     CheckFailed,
     close,
     describe,
     expect_callable,
+    expect_module_class,
     first_mismatch,
     identify,
     runs,
+    visible_and_hidden,
 )
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
@@ -35,11 +36,11 @@ from helpers.checks.kv_cache import (
     call_error,
     causal_with_past,
     joined,
-    load_weights,
     output_shapes,
     run_chunked,
     steady,
 )
+from helpers.checks.verdict import load_weights, tolerance
 
 
 def known_good_rope(x, positions, base=10000.0, flavour="right"):
@@ -150,8 +151,7 @@ def _judge_rope(cases):
     return judge
 
 
-check_rope = Check("check_rope", _probe_rope(ROPE_CASES), _judge_rope(ROPE_CASES))
-check_rope_hidden = Check("check_rope_hidden", _probe_rope(ROPE_HIDDEN_CASES), _judge_rope(ROPE_HIDDEN_CASES), hidden=True)
+check_rope, check_rope_hidden = visible_and_hidden("check_rope", _probe_rope, _judge_rope, ROPE_CASES, ROPE_HIDDEN_CASES)
 
 # ---------------------------------------------------------------------------------------------
 # RotarySelfAttention(emb_dim, head_dim, n_heads).forward(x, cache) -> (out, (k, v))
@@ -211,8 +211,7 @@ def _rotary_inputs(case):
 
 def _probe_rotary(cases):
     def probe(cls) -> dict:
-        if not isinstance(cls, type):
-            raise CheckFailed(f"expected a class, got {describe(cls)}")
+        expect_module_class(cls, "RotarySelfAttention")
         scopes = {id(s): s for s in (getattr(inspect.unwrap(f), "__globals__", None) for f in vars(cls).values())
                   if isinstance(s, dict)}
         saved = [(s, s["apply_rope"]) for s in scopes.values() if "apply_rope" in s]
@@ -244,7 +243,7 @@ def _judge_rotary(cases):
             if "error" in run:
                 call_error(what, run, chunks)
             expected, (k, v) = rotary_chained(weights, x, chunks, nh)
-            tol = 1e-9 if dtype == torch.float64 else 1e-4
+            tol = tolerance(dtype)
             sizes = {"B": B, "T": x.shape[1], "C": C, "hs": hs, "nh": nh}
             output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
             got = joined(run)
@@ -264,9 +263,8 @@ def _judge_rotary(cases):
     return judge
 
 
-check_rotary_attention = Check("check_rotary_attention", _probe_rotary(ROTARY_CASES), _judge_rotary(ROTARY_CASES))
-check_rotary_attention_hidden = Check("check_rotary_attention_hidden", _probe_rotary(ROTARY_HIDDEN_CASES),
-                                      _judge_rotary(ROTARY_HIDDEN_CASES), hidden=True)
+check_rotary_attention, check_rotary_attention_hidden = visible_and_hidden(
+    "check_rotary_attention", _probe_rotary, _judge_rotary, ROTARY_CASES, ROTARY_HIDDEN_CASES)
 
 __all__ = [
     "check_rope",

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import torch
 
 from helpers.checks.core import (
-    Check,
     CheckFailed,
     describe,
     expect_callable,
     first_mismatch,
     need,
     runs,
+    visible_and_hidden,
 )
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
@@ -314,5 +314,4 @@ def _judge(cases):
     return judge
 
 
-check_get_batch = Check("check_get_batch", _probe(CASES), _judge(CASES))
-check_get_batch_hidden = Check("check_get_batch_hidden", _probe(HIDDEN_CASES), _judge(HIDDEN_CASES), hidden=True)
+check_get_batch, check_get_batch_hidden = visible_and_hidden("check_get_batch", _probe, _judge, CASES, HIDDEN_CASES)

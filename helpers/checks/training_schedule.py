@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import math
 
-from helpers.checks.core import Check, CheckFailed, describe, expect_callable, need
+from helpers.checks.core import (
+    CheckFailed,
+    describe,
+    expect_callable,
+    need,
+    visible_and_hidden,
+)
 from helpers.checks.errors import caught, raise_caught
 
 TOL = 1e-12
@@ -259,7 +265,5 @@ def _judge(cases):
     return judge
 
 
-check_learning_rate = Check("check_learning_rate", _probe(CASES), _judge(CASES))
-check_learning_rate_hidden = Check(
-    "check_learning_rate_hidden", _probe(HIDDEN_CASES), _judge(HIDDEN_CASES), hidden=True
-)
+check_learning_rate, check_learning_rate_hidden = visible_and_hidden(
+    "check_learning_rate", _probe, _judge, CASES, HIDDEN_CASES)

@@ -14,7 +14,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from helpers.checks.core import Check, CheckFailed, close, expect_callable, need, runs
+from helpers.checks.core import (
+    CheckFailed,
+    close,
+    expect_callable,
+    need,
+    runs,
+    visible_and_hidden,
+)
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.training_replay import (
@@ -272,5 +279,4 @@ def _judge_returned(case: Case, what: str, k: int, got: dict, expected: list[dic
     raise CheckFailed(f"{said} ({ratio:.6g} × it).")
 
 
-check_train_step = Check("check_train_step", _probe(CASES), _judge(CASES))
-check_train_step_hidden = Check("check_train_step_hidden", _probe(HIDDEN_CASES), _judge(HIDDEN_CASES), hidden=True)
+check_train_step, check_train_step_hidden = visible_and_hidden("check_train_step", _probe, _judge, CASES, HIDDEN_CASES)

@@ -17,13 +17,13 @@ from torch import nn
 from helpers.checks.core import (
     CheckFailed,
     close,
-    describe,
+    expect_module_class,
     runs,
     visible_and_hidden,
 )
 from helpers.checks.diagnose import _gloss, case_sizes, trace
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, block_variants
-from helpers.checks.verdict import first_leak, judge_output
+from helpers.checks.verdict import first_leak, judge_output, tolerance
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.
@@ -88,8 +88,7 @@ def _block_sizes(batch, T, C, hs, nh, n_hidden) -> dict[str, int]:
 
 def _probe_block(cases):
     def probe(block_class) -> dict:
-        if not isinstance(block_class, type) or not issubclass(block_class, nn.Module):
-            raise CheckFailed(f"expected the class TransformerBlock (an nn.Module), got {describe(block_class)}")
+        expect_module_class(block_class, "TransformerBlock")
         runs = []
         for seed, batch, T, C, hs, nh, n_hidden, dtype in cases:
             with case_sizes(_block_sizes(batch, T, C, hs, nh, n_hidden)):
@@ -200,7 +199,7 @@ def _judge_block(cases):
                     f"{what} modified its input x in place: `x += ...` writes into the caller's tensor "
                     "(in a model, the embeddings). Write x = x + ... instead."
                 )
-            tol = 1e-9 if dtype == torch.float64 else 1e-4
+            tol = tolerance(dtype)
             with torch.no_grad():
                 block = ref.TransformerBlock(C, hs, nh, n_hidden).double()
                 for name, param in block.named_parameters():

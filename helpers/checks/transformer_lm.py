@@ -16,20 +16,18 @@ import re
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from helpers.checks.core import (
     CheckFailed,
-    describe,
+    expect_module_class,
     first_mismatch,
-    need,
     runs,
     visible_and_hidden,
 )
 from helpers.checks.diagnose import case_sizes, diagnose, precision_lost, trace
 from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
 from helpers.checks.transformer_lm_mistakes import lm_variants
-from helpers.checks.verdict import WEAK, inside
+from helpers.checks.verdict import WEAK, first_leak, inside, tolerance
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.
@@ -112,8 +110,7 @@ def _lm_ids(seed: int, V: int, B: int, T: int, max_len: int):
 
 def _probe_lm(cases):
     def probe(model_class) -> dict:
-        if not isinstance(model_class, type) or not issubclass(model_class, nn.Module):
-            raise CheckFailed(f"expected the class TransformerLM (an nn.Module), got {describe(model_class)}")
+        expect_module_class(model_class, "TransformerLM")
         runs = []
         for seed, fields, dtype, B, T in cases:
             config = ProbeConfig(**fields)
@@ -210,7 +207,7 @@ def _judge_lm(cases):
                 ids, full, long, replacement = _lm_ids(seed, cfg.n_vocab, B, T, cfg.max_len)
                 inputs = {"out": ids, "single": ids[0], "full": full}
                 expected = {key: model(value) for key, value in inputs.items()}
-                tol = 1e-9 if dtype == torch.float64 else 1e-4
+                tol = tolerance(dtype)
                 described = {
                     "out": f"input_ids of shape ({B}, {T})",
                     "single": f"a single sequence of shape ({T},)",
@@ -255,18 +252,9 @@ def _judge_lm(cases):
                     f"{here} raised a ValueError, good, but its message should name both lengths, "
                     f"{L} and {cfg.max_len}; it says: {message.strip()!r}."
                 )
-            leaks = need(run.get("leaks"), list, T - 1)
-            out = run["out"]
-            for j, changed in enumerate(leaks, start=1):
-                if not isinstance(changed, torch.Tensor) or changed.shape != out.shape:
-                    raise CheckFailed(f"{what}: changing token {j} made forward return {outcome(changed)}.")
-                moved = ~torch.isclose(changed[:, :j].double(), out[:, :j].double(), atol=tol, rtol=tol)
-                if moved.any():
-                    b, i = (int(v) for v in moved.nonzero()[0][:2])
-                    raise CheckFailed(
-                        f"{what}: changing only token {j} changed the logits at position {i} (sequence {b}), "
-                        "an earlier one: the model must not see the future."
-                    )
+            leak = first_leak(run["out"], run.get("leaks"), tol, what, noun="the logits")
+            if leak:
+                raise CheckFailed(f"{what}: {leak}: the model must not see the future.")
         configs = "; ".join(f"{_config_text(c[1])} on ({c[3]}, {c[4]})" for c in cases)
         return (
             f"TransformerLM.forward: {configs}: logits match the reference, batched and unbatched, "

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify, need
+from helpers.checks.core import CheckFailed, close, first_mismatch, identify, need
 from helpers.checks.diagnose import (
     diagnose,
     difference_from,
@@ -25,7 +25,7 @@ from helpers.checks.diagnose import (
     precision_lost,
     trace,
 )
-from helpers.checks.errors import attempt
+from helpers.checks.errors import attempt, outcome
 
 #: what diagnose establishes that is worth less than a catalogued mistake or the inside view
 WEAK = ("generic", "rule_localised")
@@ -46,6 +46,22 @@ def run_module(module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
             run["alone"] = [attempt(module, x[b:b + 1].clone(), sizes=sizes).get("out") for b in range(x.shape[0])]
         run["steps"] = attempt(lambda v: trace(module, v, with_inputs=True), x.clone(), sizes=sizes).get("out")
     return run
+
+
+def load_weights(module, weights: dict[str, torch.Tensor], what: str, layout: str = "keep the constructor as given") -> None:
+    """Probe side: copy the check's weights into the student's module, whose parameters must have
+    exactly these names and shapes (``layout``: what the given constructor builds)."""
+    names = sorted(name for name, _ in module.named_parameters())
+    if names != sorted(weights):
+        raise CheckFailed(f"{what} should have exactly the parameters {', '.join(sorted(weights))} ({layout}); "
+                          f"it has {names}.")
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            if tuple(param.shape) != tuple(weights[name].shape):
+                linear = " (nn.Linear(in, out) stores a weight of shape (out, in))" if param.dim() == 2 else ""
+                raise CheckFailed(f"{what}: {name} has shape {tuple(param.shape)}, expected "
+                                  f"{tuple(weights[name].shape)}{linear}; {layout}.")
+            param.copy_(weights[name])
 
 
 def settled(out, expected: torch.Tensor, diagnosis: dict, dtype_too: bool = False) -> tuple[str, str]:
@@ -70,7 +86,8 @@ def first_leak(out: torch.Tensor, leaks, tol: float, what: str, noun: str = "the
     may name the query ``{i}`` and the key ``{j}``."""
     for j, changed in enumerate(need(leaks, list, out.shape[-2] - 1), start=1):
         if not isinstance(changed, torch.Tensor) or changed.shape != out.shape:
-            raise CheckFailed(f"{what}: with token {j} changed, the output is {describe(changed)}, not {tuple(out.shape)}.")
+            raise CheckFailed(f"{what}: changing token {j} made forward {outcome(changed)}, not a tensor of shape "
+                              f"{tuple(out.shape)}.")
         moved = ~torch.isclose(changed[..., :j, :].double(), out[..., :j, :].double(), atol=tol, rtol=tol, equal_nan=True)
         if moved.any():
             where = moved.nonzero()[0]
