@@ -13,6 +13,7 @@ from collections import Counter
 
 from helpers.checks.bpe_known import known_helpers, merge_known, pairs_known, train_known
 from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
+from helpers.checks.errors import caught, raise_caught
 
 
 def _plain(value):
@@ -39,17 +40,17 @@ def _probe(cases, call, label):
     def probe(function) -> dict:
         expect_callable(function, label)
         runs = []
-        from helpers.checks.bpe_text import bounded, explain_error  # (that module imports this one)
+        from helpers.checks.bpe_text import Looping, bounded  # (that module imports this one)
 
         with known_helpers(function):
             for case in cases:
                 try:
                     with bounded(function):
                         runs.append(call(function, case))
-                except NotImplementedError:
-                    raise
+                except Looping as exc:
+                    runs.append({"looping": exc.text()})
                 except Exception as exc:  # noqa: BLE001 - the error is evidence
-                    runs.append({"error": f"{type(exc).__name__}: {exc}"[:300], "why": explain_error(exc)})
+                    runs.append(caught(exc))
         return {"runs": runs}
 
     return probe
@@ -77,9 +78,9 @@ def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_er
         every = [variants_of(case) for case in cases]
         for index, (case, run) in enumerate(zip(cases, found, strict=True)):
             what = f"{label}({describe_case(case)})"
-            if "error" in run:
-                how = " did not finish: " if run["error"].startswith("_Looping") else " raised "
-                raise CheckFailed(what + how + (run.get("why") or run["error"]).rstrip(".") + (on_error(str(run["error"])) or ""))
+            if "looping" in run:
+                raise CheckFailed(f"{what} did not finish: {run['looping']}")
+            raise_caught(what, run, hint=on_error(str(run.get("error"))) or "")
             if run.get("input_changed"):
                 raise CheckFailed(f"{what} changed its input list in place: build and return a new list.")
             got, expected = outputs[index], expected_of(case)
@@ -302,4 +303,4 @@ _TRAIN_SUMMARY = ("train_bpe: short texts, overlapping runs, non-ASCII text, mor
 check_train_bpe, check_train_bpe_hidden = make_checks(
     "check_train_bpe", _train_call, TRAIN_CASES, TRAIN_HIDDEN_CASES, "train_bpe", reference("train_bpe", tuple), train_variants,
     lambda c: f"{c[0]!r}, {c[1]}", _TRAIN_SUMMARY, reading=train_reading,
-    on_error=lambda error: ": stop early when no pair is left (fewer than two tokens)" if "empty" in error else None)
+    on_error=lambda error: "When no pair is left (fewer than two tokens), stop early: there is nothing to merge." if "empty" in error else None)

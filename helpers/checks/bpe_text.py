@@ -3,16 +3,13 @@
 The probes and judges (known-good count_pairs and merge swapped in, the mistake that explains
 every output named, else a reading of the wrong output) are in ``helpers.checks.bpe``; this module
 adds what the probes use to run the student's code: a bound on the lines it runs (a loop that
-never ends becomes a clear failure, not a timeout) and an error explained with the values on its line.
+never ends becomes a clear failure, not a timeout).
 """
 
 from __future__ import annotations
 
-import ast
 import sys
 from contextlib import contextmanager
-
-import torch
 
 from helpers.checks.bpe import _plain, make_checks, parting, reference
 from helpers.checks.bpe_known import merge_known, pairs_known, train_known
@@ -21,14 +18,26 @@ from helpers.checks.bpe_known import merge_known, pairs_known, train_known
 # Running the student's function: a loop that does not end, an error explained with its values
 
 
-class _Looping(Exception):
+class Looping(Exception):
     """Raised into the student's code when it has run far more steps than any answer needs."""
+
+    def text(self) -> str:
+        """What the loop held halfway and at the end, in words."""
+        steps, half, end, name = self.args
+        same = [k for k, v in end.items() if half.get(k) == v]
+        text = f"after {steps:,} lines of your code had run, {name} was still in its loop: the loop does not end."
+        if same:
+            held = "; ".join(f"{k} = {end[k]!r}"[:120] for k in same[:3])
+            text += (f" At line {steps // 2:,} and at line {steps:,} it held the same {held}: nothing in the loop "
+                     "changes them, so every round repeats the same step. The loop must move on: advance the "
+                     "index, or store each step's result back (ids = merge(ids, pair, new_id)).")
+        return text
 
 
 @contextmanager
 def bounded(function, steps=100_000):
     """While active, the student's code (``function``'s file) that runs ``steps`` lines raises
-    ``_Looping``, with what its int-list locals held halfway and at the end (a loop that makes
+    ``Looping``, with what its int-list locals held halfway and at the end (a loop that makes
     no progress shows the same list twice)."""
     code = getattr(function, "__code__", None)
     filename, count, seen = getattr(code, "co_filename", None), [0], {}
@@ -48,7 +57,7 @@ def bounded(function, steps=100_000):
             if count[0] == steps // 2:
                 seen["half"] = lists(outer(frame))
             elif count[0] >= steps:
-                raise _Looping(steps, seen.get("half", {}), lists(outer(frame)), outer(frame).f_code.co_name)
+                raise Looping(steps, seen.get("half", {}), lists(outer(frame)), outer(frame).f_code.co_name)
         return local
 
     saved = sys.gettrace()
@@ -57,78 +66,6 @@ def bounded(function, steps=100_000):
         yield
     finally:
         sys.settrace(saved)
-
-
-def _looping_text(exc):
-    steps, half, end, name = exc.args
-    same = [k for k, v in end.items() if half.get(k) == v]
-    text = f"after {steps:,} lines of your code had run, {name} was still in its loop: the loop does not end."
-    if same:
-        held = "; ".join(f"{k} = {end[k]!r}"[:120] for k in same[:3])
-        text += (f" At line {steps // 2:,} and at line {steps:,} it held the same {held}: nothing in the loop "
-                 "changes them, so every round repeats the same step. The loop must move on: advance the "
-                 "index, or store each step's result back (ids = merge(ids, pair, new_id)).")
-    return text
-
-
-def _values(frame, line):
-    """What the names and subscripts on ``line`` hold in ``frame``: ints, lists, tuples, dicts..."""
-    from helpers.checks.diagnose import _MISSING, _chains, _lookup
-
-    def show(name, v):
-        if isinstance(v, bool) or v is None:
-            return None
-        if isinstance(v, int):
-            return f"{name} = {v}"
-        if isinstance(v, (list, tuple, bytes, str, dict)):
-            kind = type(v).__name__
-            return f"{name} is a {kind} of length {len(v)}" + (f" ({v!r})"[:80] if len(repr(v)) < 70 else "")
-        if type(v).__name__ in ("generator", "map", "filter", "zip"):
-            return f"{name} is a {type(v).__name__} object (not a list, bytes or str)"
-        if isinstance(v, torch.nn.Sequential):
-            return f"{name} is an nn.Sequential of {len(v)} modules (indices 0 … {len(v) - 1})"
-        return None
-
-    out = [t for name in _chains(line) for t in [show(name, _lookup(name, frame))] if t]
-    try:
-        nodes = [n for n in ast.walk(ast.parse(line.strip().rstrip(":").removeprefix("if ").removeprefix("while ")))
-                 if isinstance(n, ast.Subscript) and not isinstance(n.slice, ast.Slice)]
-    except SyntaxError:
-        nodes = []
-    for node in nodes:  # an index past the end: say which
-        base = _lookup(ast.unparse(node.value), frame)
-        try:
-            index = eval(compile(ast.Expression(node.slice), "<index>", "eval"), {"__builtins__": {}},
-                         {k: v for k, v in frame.f_locals.items() if isinstance(v, (int, tuple, list))})
-        except Exception:  # noqa: BLE001 - not a plain index
-            continue
-        if base is not _MISSING and hasattr(base, "__len__") and isinstance(index, int) and not -len(base) <= index < len(base):
-            out.append(f"{ast.unparse(node)} reads index {index} of {ast.unparse(node.value)}, which has "
-                       f"{len(base)} item{'s' if len(base) != 1 else ''} (valid indices 0 … {len(base) - 1})")
-    return out
-
-
-def explain_error(exc) -> str:
-    """Where the student's code raised, and what the plain values on that line were."""
-    from helpers.checks.diagnose import _is_student, _source_line
-
-    if isinstance(exc, _Looping):
-        return _looping_text(exc)
-    plain = f"{type(exc).__name__}: {exc}"[:300]
-    tb, mine = exc.__traceback__, None
-    while tb is not None:
-        if _is_student(tb.tb_frame.f_code.co_filename):
-            mine = tb
-        tb = tb.tb_next
-    if mine is None:
-        return plain
-    line = _source_line(mine.tb_frame, mine.tb_lineno)
-    where = f"an error in {mine.tb_frame.f_code.co_name}, line {mine.tb_lineno} (`{line[:150]}`): {plain}"
-    try:
-        found = _values(mine.tb_frame, line)
-    except Exception:  # noqa: BLE001 - an explanation never hides the error
-        found = []
-    return where + (". On that line " + "; ".join(found[:6]) + "." if found else "")[:700]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,7 +188,7 @@ def decode_variants(ids):
 
 def _decode_error(error):
     if "UnicodeDecodeError" in error:
-        return ": bytes that are not valid UTF-8 must become U+FFFD: decode with errors='replace'"
+        return "Bytes that are not valid UTF-8 must become U+FFFD: decode with errors='replace'."
     return None
 
 

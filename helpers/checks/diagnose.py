@@ -887,7 +887,38 @@ def _describe_value(name: str, value: Any, sizes) -> str | None:
         return f"{name}: nn.Embedding({value.num_embeddings}, {value.embedding_dim})"
     if isinstance(value, torch.Size):
         return f"{name}: torch.Size({legend_shape(tuple(value), sizes)})"
+    if isinstance(value, torch.nn.Sequential):
+        return f"{name}: nn.Sequential of {len(value)} modules (indices 0 … {len(value) - 1})"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{name} = {value}"
+    if isinstance(value, (list, tuple, bytes, str, dict)):
+        shown = f" ({value!r})" if len(repr(value)) < 70 else ""
+        return f"{name}: a {type(value).__name__} of length {len(value)}{shown}"
+    if type(value).__name__ in ("generator", "map", "filter", "zip"):
+        return f"{name}: a {type(value).__name__} object (not a list, bytes or str)"
     return None
+
+
+def _bad_indices(frame, source: str) -> list[str]:
+    """The plain subscripts on the failing line that read past the end of a list, str or tuple."""
+    try:
+        tree = ast.parse(source.strip().rstrip(":").removeprefix("if ").removeprefix("while ").removeprefix("elif "))
+    except SyntaxError:
+        return []
+    plain = {k: v for k, v in frame.f_locals.items() if isinstance(v, (int, tuple, list))}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Subscript) or isinstance(node.slice, ast.Slice):
+            continue
+        base = _lookup(ast.unparse(node.value), frame)
+        try:
+            index = eval(compile(ast.Expression(node.slice), "<index>", "eval"), {"__builtins__": {}}, plain)
+        except Exception:  # noqa: BLE001 - not a plain index
+            continue
+        if isinstance(base, (list, tuple, str, bytes)) and isinstance(index, int) and not -len(base) <= index < len(base):
+            found.append(f"{ast.unparse(node)} reads index {index} of {ast.unparse(node.value)}, which has {len(base)} "
+                         f"item{'s' if len(base) != 1 else ''} (valid indices 0 … {len(base) - 1}).")
+    return found
 
 
 def _dropped_axis(a: int, b: int, values) -> str:
@@ -1011,6 +1042,8 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
     if "only supports boolean masks" in text:
         return ("masked_fill needs a boolean mask, True where the value is replaced: create the mask with "
                 "dtype=torch.bool (torch.ones(T, T) alone is float).")
+    if "slice indices must be integers" in text and "/" in source.split("#")[0]:
+        return "In Python / always gives a float (12 / 12 is 1.0): use * or // to compute a slice bound."
     if "must be tuple of ints,but got float" in text:
         return "A size given to view/reshape is a float (a / division makes one): sizes are ints, use //."
     if "'indices' to have one of the following scalar types" in text:
@@ -1121,6 +1154,8 @@ def explain_parts(exc: BaseException, sizes=None, axes_of=None) -> list[str]:
                 described.append(text)
         if described:
             lines.append("On that line: " + "; ".join(described[:10]) + ".")
+        if isinstance(exc, IndexError) and source:
+            lines.extend(_bad_indices(frame, source))
     meaning = _meaning(exc, sizes, values, source or "")
     if meaning:
         lines.append(meaning)

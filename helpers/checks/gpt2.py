@@ -26,7 +26,7 @@ from helpers.checks.core import (
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import explain_exception, explain_mismatch
+from helpers.checks.diagnose import explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.gpt2_format import (
     _cause,
@@ -253,10 +253,8 @@ def _probe_load(cases):
                 params = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
                 tied = model.lm_head.weight is model.word_to_embedding.weight
                 outputs = sublayer_outputs(model, _ids(case))
-            except NotImplementedError:
-                raise
             except Exception as exc:  # noqa: BLE001 - the error is evidence
-                runs.append({"error": f"{type(exc).__name__}: {exc}"[:600], "why": _why(exc)})
+                runs.append(caught(exc))
                 continue
             runs.append({"params": params, "tied": tied, "outputs": outputs})
         return {"runs": runs}
@@ -264,35 +262,25 @@ def _probe_load(cases):
     return probe
 
 
-def _why(exc) -> str:
-    """The student's error explained in their process: torch's and a missing attribute's by the diagnosis
-    layer, Python's (a key, an index, a slice bound) with the plain values on the failing line."""
-    from helpers.checks.bpe_text import explain_error
-
-    return (explain_exception(exc) if isinstance(exc, RuntimeError | AttributeError) else explain_error(exc))[:900]
-
-
-def _load_error(error: str, why: str, case) -> str:
+def _load_hint(error: str, case) -> str:
+    """What a loader's error says about GPT-2's checkpoint: a buffer, a Conv1D weight, a name."""
     seed, V, P, C, L, nh, B, T, dtype = case
     if re.search(r"(?<!c_)attn\.(masked_)?bias", error):
-        return (f"{error}: attn.bias and attn.masked_bias are buffers (a causal mask and a constant), not weights; "
-                "skip them.")
+        return "attn.bias and attn.masked_bias are buffers (a causal mask and a constant), not weights; skip them."
     sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", error)
     if sizes and {int(sizes[1]), int(sizes[2])} in ({C, 3 * C}, {C, 4 * C}):
-        return (f"{error}: a weight does not fit its module. GPT-2's Conv1D weights are stored (in, out); "
-                "nn.Linear's are (out, in): transpose them.")
+        return ("A weight does not fit its module. GPT-2's Conv1D weights are stored (in, out); nn.Linear's are "
+                "(out, in): transpose them.")
     key = re.fullmatch(r"KeyError: '(.*)'", error)
-    if key:
-        key, names = key[1], list(gpt2_format_checkpoint(V, P, C, L, seed, dtype))
-        near = difflib.get_close_matches(key, names, n=2, cutoff=0.5)
-        hint = ("the layer's prefix is missing: layer i's entries start with 'h.i.'" if f"h.0.{key}" in names else
-                "the ending is missing: each entry ends in .weight or .bias" if f"{key}.weight" in names else
-                "a part of the name is missing between two dots" if ".." in key else "no entry has that name")
-        return (f"{error}: the checkpoint has no entry {key!r}; {hint}" + (f" (the nearest: {', '.join(near)})" if near else "")
-                + ". Its names: wte.weight, wpe.weight, h.i.ln_1.weight, h.i.attn.c_attn.weight, ..., ln_f.bias.")
-    if "slice indices must be integers" in error and "/" in why:
-        return f"{why.rstrip('.')}. In Python / always gives a float (12 / 12 is 1.0): use * or // to compute a slice bound."
-    return why or error
+    if not key:
+        return ""
+    key, names = key[1], list(gpt2_format_checkpoint(V, P, C, L, seed, dtype))
+    near = difflib.get_close_matches(key, names, n=2, cutoff=0.5)
+    hint = ("the layer's prefix is missing: layer i's entries start with 'h.i.'" if f"h.0.{key}" in names else
+            "the ending is missing: each entry ends in .weight or .bias" if f"{key}.weight" in names else
+            "a part of the name is missing between two dots" if ".." in key else "no entry has that name")
+    return (f"The checkpoint has no entry {key!r}; {hint}" + (f" (the nearest: {', '.join(near)})" if near else "")
+            + ". Its names: wte.weight, wpe.weight, h.i.ln_1.weight, h.i.attn.c_attn.weight, ..., ln_f.bias.")
 
 
 def _judge_load(cases):
@@ -302,8 +290,7 @@ def _judge_load(cases):
         for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, V, P, C, L, nh, B, T, dtype = case
             what = f"load_gpt2_state_dict on {_case_text(case)}"
-            if "error" in run:
-                raise CheckFailed(f"{what} raised {_load_error(str(run['error']), str(run.get('why') or ''), case)}")
+            raise_caught(what, run, hint=_load_hint(str(run.get("error")), case))
             initial_model = _fresh_model(case)
             initial = {n: p.detach().clone() for n, p in initial_model.named_parameters(remove_duplicate=False)}
             model = _fresh_model(case)
