@@ -244,6 +244,15 @@ def test_unnamed_factor_offset_and_sign():
     rule_on_correct_output_is_silent(dg.rule_factor)
 
 
+
+def test_whole_numbers_rounded_from_the_reference_name_an_integer_division():
+    e = 3 * expected()
+    assert "rounded down to whole numbers: an integer division (//)" in explain(e.floor(), e)
+    assert "rounded toward 0" in explain(e.trunc(), e)
+    zeros = explain(torch.zeros_like(e), e * 0.1)  # all zeros says nothing about rounding
+    assert "rounded" not in zeros, zeros
+    rule_on_correct_output_is_silent(dg.rule_rounded)
+
 # --- 7. per-slice factors and normalisation axis ----------------------------------------------
 
 
@@ -392,6 +401,10 @@ def second_linear(x):
 def nothing(x):
     result = None
     return result.shape
+
+def past_the_end(ids):
+    last = len(ids)
+    return ids[last]
 '''
 
 
@@ -447,6 +460,12 @@ def test_a_module_without_the_attribute_says_which_part_was_reached(cell):
     text = explain_exception(raised(cell["second_linear"], X))
     assert "The object reached here is a GELU, which has no weight" in text and "print(model)" in text
     assert "The object reached" not in explain_exception(raised(cell["nothing"], X))  # None is not a layer
+
+
+def test_plain_python_values_on_the_line_and_an_index_past_the_end(cell):
+    text = explain_exception(raised(cell["past_the_end"], [4, 5, 6]))
+    assert "On that line: ids: a list of length 3 ([4, 5, 6]); last = 3." in text, text
+    assert "ids[last] reads index 3 of ids, which has 3 items (valid indices 0 … 2)." in text, text
 
 
 def test_exception_batched_matmul(cell):

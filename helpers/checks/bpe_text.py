@@ -110,7 +110,19 @@ def encode_variants(text):
         "the merges were applied in reverse order: rank 0 first, then rank 1, ...": reverse,
         "you started from code points (ord) instead of the UTF-8 bytes": encode_known(text, MERGES, start=lambda t: [ord(c) for c in t]),
         "only one merge was applied: repeat until no pair of the ids has a merge": _one_merge(text),
+        "a pair without a merge ranked first (merges.get(pair, 0)), so the loop stopped at it while merges remained: "
+        "a pair that has no merge must rank last, merges.get(pair, math.inf)": _unmerged_first(text),
     }
+
+
+def _unmerged_first(text):
+    ids = list(text.encode("utf-8"))
+    while len(ids) >= 2:
+        pair = min(set(zip(ids, ids[1:], strict=False)), key=lambda p: MERGES.get(p, 0))
+        if pair not in MERGES:
+            break
+        ids = merge_known(ids, pair, MERGES[pair])
+    return ids
 
 
 def _by_frequency(text):

@@ -108,15 +108,16 @@ def _cached_positions(T0: int, n: int, max_len: int) -> int:
     return total
 
 
-def _slid_or_zero(model, ids, n, options, flavour):
-    """What two classic mistakes generate: new tokens at position 0, or a cache slid past max_len."""
+def _mistaken(model, ids, n, options, flavour):
+    """What three classic mistakes generate: new tokens at position 0 ("zero"), a cache slid past max_len
+    ("slide"), each token sampled from the logits of the input's first position ("first")."""
     max_len = model.config.max_len
     ids = ids if ids.dim() == 2 else ids.unsqueeze(0)
     caches = None
     with torch.no_grad():
         for _ in range(n):
             T = 0 if caches is None else caches[0][0].shape[2]
-            if caches is None or (flavour == "zero" and T >= max_len):
+            if caches is None or (flavour != "slide" and T >= max_len):
                 context = ids[:, -max_len:]
                 logits, caches = known_good_forward_cached(model, context, None, torch.arange(context.shape[1]))
             else:
@@ -125,7 +126,7 @@ def _slid_or_zero(model, ids, n, options, flavour):
                     T = max_len - 1
                 position = torch.tensor([0 if flavour == "zero" else T])
                 logits, caches = known_good_forward_cached(model, ids[:, -1:], caches, position)
-            next_ids = sampling.sample_next(logits[:, -1], **options)
+            next_ids = sampling.sample_next(logits[:, 0 if flavour == "first" else -1], **options)
             ids = torch.cat([ids, next_ids.unsqueeze(1)], dim=1)
     return ids
 
@@ -180,8 +181,11 @@ def _judge_generate(cases):
                                        ("slide", "past max_len the cache slid (the oldest position dropped, the "
                                         "rest kept): with learned positions every cached key was computed at its "
                                         "old position and, beyond layer 0, from context that drops out; past "
-                                        "max_len run the last max_len tokens from scratch")):
-                    variant = _slid_or_zero(model, prompt, n, {**options, "generator": torch.Generator().manual_seed(seed)}, flavour)
+                                        "max_len run the last max_len tokens from scratch"),
+                                       ("first", "the next token was sampled from the logits of the first position "
+                                        "given to the model, not the last: the prediction for the next token is "
+                                        "logits[:, -1]")):
+                    variant = _mistaken(model, prompt, n, {**options, "generator": torch.Generator().manual_seed(seed)}, flavour)
                     if torch.equal(variant.reshape(got.shape), got.long()):
                         label = f" {words}."
                         break

@@ -482,6 +482,18 @@ def _name_factor(factor: float, sizes: dict[str, int] | None) -> tuple[str, str]
     return label, f"the output is missing a division by {bases} (or has an extra multiplication by it)"
 
 
+def rule_rounded(c: _Case) -> str | None:
+    """Whole numbers where the reference has fractions: the reference rounded down (or toward 0)."""
+    e, g = c.e, c.g
+    if not c.finite() or not bool((g == g.round()).all()) or bool((e == e.round()).all()) or not bool(g.any()):
+        return None  # (all zeros: as likely a missing term as a rounding)
+    for how, rounded in (("rounded down", e.floor()), ("rounded toward 0", e.trunc())):
+        if c.close(g, rounded):
+            return (f"the output is the reference {how} to whole numbers: an integer division (//) or int() where / "
+                    f"was meant, or a result stored in an integer dtype. Evidence: {c.evidence()}.")
+    return None
+
+
 def rule_factor(c: _Case) -> str | None:
     e, g = c.e, c.g
     if e.numel() < 2:  # any two numbers differ by some factor: one number establishes nothing
@@ -738,6 +750,7 @@ RULES: list[Callable[[_Case], str | None]] = [
     rule_determinism,
     _correct,
     rule_batch,
+    rule_rounded,  # before a factor: rounding to 0 everywhere is also "0 × the reference"
     rule_factor,
     rule_transposed,  # an exact match of the data, before the properties a transpose also has
     rule_normalised_axis,

@@ -221,6 +221,10 @@ def _judge_greedy(rows, greedy, shapes) -> None:
     if isinstance(batch, torch.Tensor) and tuple(batch.shape) == (rows.shape[1],):
         raise CheckFailed(f"{what} on a {tuple(rows.shape)} batch returned {rows.shape[1]} ids: take the argmax "
                           "over the last dimension (dim=-1).")
+    if isinstance(batch, torch.Tensor) and batch.numel() == 1 and int(batch.reshape(-1)[0]) == int(rows.argmax()):
+        raise CheckFailed(f"{what} on a {tuple(rows.shape)} batch returned one id, {int(batch.reshape(-1)[0])}, the "
+                          "index of the largest logit in the whole batch flattened: argmax without dim= flattens; "
+                          f"take it over the last dimension, argmax(dim=-1), one id per row ({want.tolist()}).")
     if not isinstance(batch, torch.Tensor) or batch.shape != want.shape or not torch.equal(batch.long(), want):
         raise CheckFailed(f"{what} on a {tuple(rows.shape)} batch returned {describe(batch)} "
                           f"{batch.tolist() if isinstance(batch, torch.Tensor) else ''}; greedy picks {want.tolist()}.")

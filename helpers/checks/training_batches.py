@@ -184,6 +184,11 @@ def _read(case: Case, what: str, pair: dict) -> tuple[torch.Tensor, torch.Tensor
         )
     want = ids[starts[:, None] + offsets + 1] if bool((starts + T < case.N).all()) else None
     evidence = first_mismatch(want, y, 0, 0) if want is not None else f"y[0] = {y[0].tolist()}"
+    if torch.equal(y, x + 1) and not torch.equal(py, px + 1):
+        raise CheckFailed(
+            f"{what}: y = x + 1: you added 1 to the ids themselves, not to their positions. The target of x[b, t] is the "
+            f"id at the next position, ids[positions + 1], whatever its value. Evidence: {evidence}"
+        )
     if torch.equal(py, px):
         raise CheckFailed(
             f"{what}: y is x itself: the targets are not shifted. y[b, t] must be the character after "

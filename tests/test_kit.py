@@ -1,0 +1,135 @@
+"""Fast unit tests of the check kit's shared machinery: the error record (``helpers.checks.errors``)
+and the verdict on a module's output (``helpers.checks.verdict``), on hand-made modules and data.
+
+Nothing here runs a notebook; the whole file runs in about a second.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from helpers.checks.core import CheckFailed
+from helpers.checks.errors import attempt, caught, outcome, raise_caught, same_behaviour
+from helpers.checks.verdict import (
+    first_leak,
+    judge_output,
+    load_weights,
+    run_module,
+    settled,
+    tolerance,
+)
+
+
+def _broken(x):
+    return x @ torch.ones(3, 2, dtype=x.dtype)  # x is (2, 5): the product cannot be formed
+
+
+def test_an_error_becomes_a_record_with_its_explanation():
+    record = attempt(_broken, torch.zeros(2, 5), sizes={"B": 2, "C": 5})
+    assert set(record) == {"error", "kind", "message", "value_error", "explained"}
+    assert record["kind"] == "RuntimeError" and record["error"].startswith("RuntimeError: mat1 and mat2")
+    assert "_broken" in record["explained"] and "(The error itself" not in record["explained"]
+    assert attempt(lambda x: x + 1, 1) == {"out": 2}
+
+
+def test_an_unfinished_answer_and_a_verdict_are_not_data():
+    with pytest.raises(NotImplementedError):
+        caught(NotImplementedError())
+    with pytest.raises(CheckFailed):
+        caught(CheckFailed("already judged"))
+    assert caught(ValueError("too long"))["value_error"] is True
+
+
+def test_a_record_fails_with_the_error_first_then_its_hints():
+    record = attempt(_broken, torch.zeros(2, 5))
+    raise_caught("f(x)", {"out": 1})  # no error: nothing to say
+    with pytest.raises(CheckFailed) as failed:
+        raise_caught("f(x)", record, hints=[(("no match",), "never"), ("mat1", "the hint")], hint="what we know")
+    lines = str(failed.value).splitlines()
+    assert lines[0] == f"f(x) raised {record['error']}"
+    assert lines[-2:] == ["what we know", "the hint"] and "never" not in str(failed.value)
+
+
+def test_behaviour_compares_tensors_and_errors_word_for_word():
+    record = attempt(_broken, torch.zeros(2, 5))
+    assert same_behaviour(record, RuntimeError(record["message"]), 0)
+    assert not same_behaviour(record, ValueError(record["message"]), 0)
+    assert same_behaviour(torch.ones(2), torch.ones(2) + 1e-12, 1e-9)
+    assert outcome(record).startswith("raised RuntimeError") and outcome(torch.ones(2)).startswith("returned a ")
+
+
+class Tiny(nn.Module):
+    """x (B, T, C) -> (B, T, C): a linear map, then a running sum over time (causal)."""
+
+    def __init__(self, leak: bool = False, scale: float = 1.0, extra: bool = False):
+        super().__init__()
+        self.first = nn.Linear(3, 3, bias=False)
+        self.leak, self.scale, self.extra = leak, scale, extra
+
+    def forward(self, x):
+        h = self.first(x) * self.scale
+        out = h.flip(-2).cumsum(-2).flip(-2) if self.leak else h.cumsum(-2)
+        return out + 0.1 * h.tanh() if self.extra else out
+
+
+def _case(student: Tiny):
+    torch.manual_seed(0)
+    reference = Tiny().double()
+    x = torch.randn(2, 4, 3, dtype=torch.float64)
+    load_weights(student.double(), {"first.weight": reference.first.weight.detach().clone()}, "Tiny()")
+    with torch.no_grad():  # as the probe's data arrives at the judge: detached
+        run = run_module(student, x, {"B": 2, "T": 4, "C": 3}, batched=True)
+        run["leaks"] = []
+        for j in range(1, 4):
+            changed = x.clone()
+            changed[:, j] = -x[:, j]
+            run["leaks"].append(student(changed))
+        expected = reference(x)
+    diagnosis = {"what": "Tiny()", "atol": tolerance(torch.float64), "rtol": tolerance(torch.float64),
+                 "axes": ("B", "T", "C"), "sizes": {"B": 2, "T": 4, "C": 3}, "again": run.get("again"),
+                 "alone": run.get("alone"), "dtype": torch.float64}
+    return run, expected, diagnosis, reference, x
+
+
+def _judged(student: Tiny, **options) -> str:
+    run, expected, diagnosis, reference, x = _case(student)
+    try:
+        judge_output(run, expected, diagnosis, reference=reference, inputs=(x,), **options)
+    except CheckFailed as failed:
+        return str(failed)
+    return "right"
+
+
+def test_a_right_output_passes_and_a_catalogued_mistake_is_named():
+    assert _judged(Tiny()) == "right"
+    message = _judged(Tiny(scale=2.0), variants=lambda: {"you doubled it": 2 * _case(Tiny())[1]})
+    assert message.startswith("Tiny(): you doubled it. Evidence: ")
+
+
+def test_a_leak_from_the_future_is_found_and_said_with_its_meaning():
+    run, expected, diagnosis, reference, x = _case(Tiny(leak=True))
+    leak = first_leak(run["out"], run["leaks"], 1e-9, "Tiny()")
+    assert leak.startswith("changing only token 1 changed the output at position 0 (sequence 0)")
+    with pytest.raises(CheckFailed, match="an earlier one: keep it causal"):
+        judge_output(run, expected, diagnosis, leak=lambda: leak, leak_means=": keep it causal")
+
+
+def test_what_no_mistake_explains_is_located_inside_the_module():
+    message = _judged(Tiny(extra=True))
+    assert "Inside the model, every sub-module received and returned exactly what the reference's did" in message
+    assert "forward's own arithmetic after the last sub-module call" in message, message
+
+
+def test_a_wrong_shape_is_settled_before_any_value():
+    run, expected, diagnosis, *_ = _case(Tiny())
+    with pytest.raises(CheckFailed, match=r"shape"):
+        settled(run["out"][:, :2], expected, diagnosis)
+
+
+def test_known_weights_need_the_interface_names_and_shapes():
+    with pytest.raises(CheckFailed, match=r"exactly the parameters first.weight, second.weight \(keep the constructor as given\); it has \['first.weight'\]"):
+        load_weights(Tiny(), {"first.weight": torch.zeros(3, 3), "second.weight": torch.zeros(3, 3)}, "Tiny()")
+    with pytest.raises(CheckFailed, match=r"stores a weight of shape \(out, in\)"):
+        load_weights(Tiny(), {"first.weight": torch.zeros(3, 4)}, "Tiny()")
