@@ -187,7 +187,7 @@ def _judge_generate(cases):
                                         "logits[:, -1]")):
                     variant = _mistaken(model, prompt, n, {**options, "generator": torch.Generator().manual_seed(seed)}, flavour)
                     if torch.equal(variant.reshape(got.shape), got.long()):
-                        label = f" {words}."
+                        label = f" {words[0].upper()}{words[1:]}."
                         break
                 if not label and i >= max_len + 1:
                     label = (f" The tokens agree until the text outgrows max_len = {max_len}: past max_len, run "
