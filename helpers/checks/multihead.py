@@ -19,14 +19,7 @@ from functools import partial
 
 import torch
 
-from helpers.checks.causal import (
-    attend,
-    attention_variants,
-    judge_causal,
-    legend,
-    run_causal,
-    student_case,
-)
+from helpers.checks import causal
 from helpers.checks.core import CheckFailed, expect_module_class, runs, visible_and_hidden
 from helpers.checks.verdict import load_weights, tolerance
 from helpers.reference import multihead as ref
@@ -78,7 +71,7 @@ def head_outputs(weights, x) -> torch.Tensor:
     x = x.double().unsqueeze(-3)  # (..., 1, T, C)
     q, k, v = (x @ weights[name].transpose(-2, -1) for name in PROJECTIONS)  # (..., nh, T, hs)
     hs = q.shape[-1]
-    return attend(q, k, v, scale=1 / math.sqrt(hs))
+    return causal.attend(q, k, v, scale=1 / math.sqrt(hs))
 
 
 def mha_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
@@ -152,7 +145,7 @@ def csa_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
         if shared:
             q, k, v = (t[:, :1].expand(B, nh, T, hs) for t in (q, k, v))
         how.setdefault("scale", 1 / math.sqrt(hs))
-        out = merge(attend(q, k, v, **how))
+        out = merge(causal.attend(q, k, v, **how))
         out = out @ W_o.T if project is True else out if project is False else out @ W_o
         return out if x.dim() == 3 else out.squeeze(0)
 
@@ -183,7 +176,7 @@ def csa_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
     for name, plural in zip(PROJECTIONS, ("queries", "keys", "values"), strict=True):
         variants[f"you split the {plural} (only) with a single {view}, which mixes time steps and heads; view "
                  "as (B, T, nh, hs), then .transpose(1, 2), as for the others"] = run(odd=name)
-    variants.update(attention_variants(run, C=C, T=T, hs=hs, over=(1, "the heads")))
+    variants.update(causal.attention_variants(run, C=C, T=T, hs=hs, over=(1, "the heads")))
     alone = "every position attends only to itself (its output is its own value, projected)"
     if x.dim() == 2:
         alone += (", as if the single sequence (T, C) were T sequences of one token: the batch axis goes "
@@ -271,10 +264,10 @@ def _probe(kind: str, cases):
             weights, x, replacement = _inputs(seed, batch, T, C, hs, nh, dtype)
             what = f"{cls.__name__}(emb_dim={C}, head_dim={hs}, n_heads={nh}) on x of shape {tuple(x.shape)}"
             state = {"module": None, "fed": []}
-            with student_case(legend(batch, T=T, C=C, hs=hs, nh=nh), _reason(state, x, what, kind, nh, hs)):
+            with causal.student_case(causal.legend(batch, T=T, C=C, hs=hs, nh=nh), _reason(state, x, what, kind, nh, hs)):
                 module = state["module"] = _build(cls, kind, weights, C, hs, nh, dtype, what)
                 module.to_output.register_forward_pre_hook(partial(_record_width, state["fed"]))
-                runs.append(run_causal(module, x, replacement))
+                runs.append(causal.run_causal(module, x, replacement))
         return {"runs": runs}
 
     return probe
@@ -328,10 +321,10 @@ def _judge(kind: str, cases):
                     module = ref.fuse_heads(module)  # the batched reference, same weights
                 xd, tol = x.double(), tolerance(dtype)
                 diagnosis = {"what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "C"),
-                             "sizes": legend(batch, T=T, C=C, hs=hs, nh=nh), "again": run.get("again"),
+                             "sizes": causal.legend(batch, T=T, C=C, hs=hs, nh=nh), "again": run.get("again"),
                              "alone": run.get("alone"), "dtype": dtype}
                 variants = partial(mha_variants if kind == "mha" else csa_variants, weights, x, nh, hs)
-                judge_causal(run, module(xd), variants, diagnosis, reference=module, x=xd, noun=name)
+                causal.judge_causal(run, module(xd), variants, diagnosis, reference=module, x=xd, noun=name)
         shapes = ", ".join(f"x{(*c[1], c[2], c[3])} with nh={c[5]}, hs={c[4]}" for c in cases)
         return f"{name}: {shapes} match the reference, and no output moves when a later token changes."
 
