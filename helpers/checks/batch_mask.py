@@ -15,6 +15,7 @@ from helpers.checks.core import CheckFailed, describe, expect_callable, runs, vi
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.kv_cache import causal_with_past, known_good_forward_cached, small_model
+from helpers.reference import sampling
 
 # ---------------------------------------------------------------------------------------------
 # batch_mask_and_positions(real, T_new) -> (mask (B, 1, T_new, T_total), positions (B, T_new))
@@ -84,8 +85,6 @@ def _probe_mask(cases):
 
 def _judge_mask(cases):
     def judge(data: dict) -> str:
-        from helpers.reference import sampling  # lesson 08's generate, imported when judging
-
         for (name, lengths, T_total, T_new), run in zip(cases, runs(data, len(cases)), strict=True):
             what = f"batch_mask_and_positions on {name}"
             raise_caught(what, run)

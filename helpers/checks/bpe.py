@@ -14,6 +14,7 @@ from collections import Counter
 from helpers.checks.bpe_known import known_helpers, merge_known, pairs_known, train_known
 from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.errors import caught, raise_caught
+from helpers.reference import gpt2
 
 
 def _plain(value):
@@ -172,10 +173,8 @@ def make_checks(name, call, cases, hidden_cases, label, expected_of, variants_of
 
 
 def reference(name, unpack=lambda case: (case,)):
-    """The reference's answer for a case (imported when judging: earlier lessons' grading imports this module)."""
+    """The reference's answer for a case."""
     def expected(case):
-        from helpers.reference import gpt2
-
         return getattr(gpt2, name)(*unpack(case))
 
     return expected

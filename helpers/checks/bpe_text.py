@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from helpers.checks.bpe import _plain, make_checks, parting, reference
 from helpers.checks.bpe_known import merge_known, pairs_known, train_known
+from helpers.reference import gpt2
 
 # ---------------------------------------------------------------------------------------------
 # Running the student's function: a loop that does not end, an error explained with its values
@@ -218,9 +219,7 @@ def decode_reading(ids, got, expected):
 
 
 def _decode_expected(ids):
-    from helpers.reference.gpt2 import build_vocab, decode
-
-    return decode(list(ids), build_vocab(dict(MERGES)))
+    return gpt2.decode(list(ids), gpt2.build_vocab(dict(MERGES)))
 
 
 _DECODE_SUMMARY = ("decode: multi-byte characters split across tokens, an unfinished character and invalid bytes "

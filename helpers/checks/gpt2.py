@@ -36,6 +36,7 @@ from helpers.checks.gpt2_format import (
     sublayer_outputs,
 )
 from helpers.checks.verdict import tolerance
+from helpers.reference import gpt2, transformer_lm
 
 __all__ = ["check_gelu", "check_load_gpt2", "gpt2_format_checkpoint", "gpt2_shaped_config", "sublayer_outputs"]
 
@@ -178,8 +179,6 @@ def gelu_variants(x: torch.Tensor, approximate: str) -> dict[str, torch.Tensor]:
 
 def _judge_gelu(cases):
     def judge(data: dict) -> str:
-        from helpers.reference.gpt2 import gelu
-
         for (seed, shape, dtype, approximate), run in zip(cases, runs(data, len(cases)), strict=True):
             what = f"gelu(x, approximate={approximate!r}) on a {str(dtype)[6:]} x of shape {shape}"
             got = run.get("out")
@@ -190,7 +189,7 @@ def _judge_gelu(cases):
                 raise CheckFailed(f"{what} called {' and '.join(map(str, run['library']))}: the exercise is to write "
                                   "the formula yourself (the cell after the test compares yours with PyTorch's).")
             x = _gelu_input(seed, shape, dtype).double()
-            expected = gelu(x, approximate=approximate)
+            expected = gpt2.gelu(x, approximate=approximate)
             got = expect_tensor(got, tuple(shape), what)
             if got.dtype != dtype:
                 raise CheckFailed(f"{what} returned {str(got.dtype)[6:]}: keep x's dtype.")
@@ -234,11 +233,10 @@ def _ids(case) -> torch.Tensor:
 
 
 def _fresh_model(case):
-    """Lesson 06's model, seeded, in the shape of a GPT-2-format checkpoint (importable while grading)."""
-    from helpers.reference.transformer_lm import Config, TransformerLM
+    """Lesson 06's model, seeded, in the shape of a GPT-2-format checkpoint."""
     seed, V, P, C, L, nh, B, T, dtype = case
     torch.manual_seed(seed)  # known initial weights: a weight that was not loaded keeps them
-    return TransformerLM(Config(**gpt2_shaped_config(V, P, C, L, nh))).to(dtype).eval()
+    return transformer_lm.TransformerLM(transformer_lm.Config(**gpt2_shaped_config(V, P, C, L, nh))).to(dtype).eval()
 
 
 def _probe_load(cases):
@@ -285,8 +283,6 @@ def _load_hint(error: str, case) -> str:
 
 def _judge_load(cases):
     def judge(data: dict) -> str:
-        from helpers.reference.gpt2 import load_gpt2_state_dict
-
         for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, V, P, C, L, nh, B, T, dtype = case
             what = f"load_gpt2_state_dict on {_case_text(case)}"
@@ -294,7 +290,7 @@ def _judge_load(cases):
             initial_model = _fresh_model(case)
             initial = {n: p.detach().clone() for n, p in initial_model.named_parameters(remove_duplicate=False)}
             model = _fresh_model(case)
-            load_gpt2_state_dict(model, gpt2_format_checkpoint(V, P, C, L, seed, dtype))
+            gpt2.load_gpt2_state_dict(model, gpt2_format_checkpoint(V, P, C, L, seed, dtype))
             expected = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
             wanted = sublayer_outputs(model, _ids(case))
             got_params, got_outputs = run.get("params") or {}, run.get("outputs") or {}

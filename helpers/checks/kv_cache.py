@@ -29,7 +29,7 @@ from helpers.checks.errors import caught, raise_caught
 from helpers.checks.verdict import load_weights, tolerance
 
 # lesson 06's model: hidden while lessons up to 06 are graded, so used only inside functions
-from helpers.reference.transformer_lm import Config, TransformerLM
+from helpers.reference import transformer_lm
 
 PARAMS = ("key.weight", "query.weight", "to_output.weight", "value.weight")
 
@@ -102,9 +102,9 @@ class KnownGoodCachedAttention(nn.Module):
 CONFIG = dict(n_vocab=13, max_len=9, emb_dim=12, n_hidden=14, head_dim=5, n_heads=3, n_layers=2)
 
 
-def small_model(max_len: int = 9) -> TransformerLM:
+def small_model(max_len: int = 9) -> transformer_lm.TransformerLM:
     """A float64 TransformerLM with seeded weights large enough that its choices vary."""
-    model = TransformerLM(Config(**{**CONFIG, "max_len": max_len})).double()
+    model = transformer_lm.TransformerLM(transformer_lm.Config(**{**CONFIG, "max_len": max_len})).double()
     g = torch.Generator().manual_seed(90)
     with torch.no_grad():
         for param in model.parameters():

@@ -30,15 +30,10 @@ from helpers.checks.core import (
 from helpers.checks.diagnose import case_sizes, diagnose, precision_lost
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, layer_norm_variants, worst_row
 from helpers.checks.verdict import WEAK
+from helpers.reference import transformer_layer as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.
-
-
-def _ref():
-    from helpers.reference import transformer_layer
-
-    return transformer_layer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +182,6 @@ def _layer_norm_mismatch(reference, expected, out, x_of_case, weight, bias, eps,
 def _judge_layer_norm(cases):
     def judge(data: dict) -> str:
         found = runs(data, len(cases))
-        ref = _ref()
         for (seed, shape, eps, dtype), run in zip(cases, found, strict=True):
             x, weight, bias, r = _ln_inputs(seed, shape, dtype)
             C = shape[-1]

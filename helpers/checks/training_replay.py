@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers.checks.core import close
+from helpers.reference import training_step as ref
 
 TOL = 1e-9  # float64 all the way: a correct step matches the reference to rounding
 
@@ -80,13 +81,11 @@ def build(case: Case) -> tuple[TinyLM, torch.optim.Optimizer, list[tuple[torch.T
 def _replay(case: Case, procedure: tuple[str, str] | None = None) -> list[dict]:
     """The losses and parameters after every step of the case, with the reference's ``train_step``
     (``procedure`` None) or with a step put together as ``procedure``."""
-    from helpers.reference.training_step import train_step
-
     model, optimizer, batches = build(case)
     out = []
     for x, y in batches:
         if procedure is None:
-            loss = train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
+            loss = ref.train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
             out.append({"loss": loss, "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
             continue
         zero, clip = procedure

@@ -18,6 +18,7 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.errors import caught, raise_caught
+from helpers.reference import training_step as ref
 
 TOL = 1e-12
 AFTER = 3  # steps asked for after the last update
@@ -230,13 +231,11 @@ def _pattern(case, want: list[float], got: list[float], bad: list[int]) -> str:
 
 def _judge(cases):
     def judge(data: dict) -> str:
-        from helpers.reference.training_step import learning_rate as reference
-
         for case, rates in zip(cases, need(data.get("runs"), list, len(cases)), strict=True):
             steps, lr, min_lr, warmup, cosine = case
             what = _label(case)
             config = _config(case)
-            want = [reference(s, config) for s in range(steps + AFTER)]
+            want = [ref.learning_rate(s, config) for s in range(steps + AFTER)]
             got = []
             for s, item in enumerate(need(rates, list)):  # it stops at a step that raised
                 need(item, dict)

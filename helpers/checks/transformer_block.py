@@ -24,15 +24,10 @@ from helpers.checks.core import (
 from helpers.checks.diagnose import _gloss, case_sizes, trace
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, block_variants
 from helpers.checks.verdict import first_leak, judge_output, tolerance
+from helpers.reference import transformer_layer as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.
-
-
-def _ref():
-    from helpers.reference import transformer_layer
-
-    return transformer_layer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,7 +181,6 @@ def calls_note(recorded, out: torch.Tensor, x: torch.Tensor, tol: float, once: b
 def _judge_block(cases):
     def judge(data: dict) -> str:
         found = runs(data, len(cases))
-        ref = _ref()
         for (seed, batch, T, C, hs, nh, n_hidden, dtype), run in zip(cases, found, strict=True):
             weights, x, replacement = _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype)
             shape = (*batch, T, C)

@@ -28,15 +28,11 @@ from helpers.checks.diagnose import case_sizes, diagnose, precision_lost, trace
 from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
 from helpers.checks.transformer_lm_mistakes import lm_variants
 from helpers.checks.verdict import WEAK, first_leak, inside, tolerance
+from helpers.reference import transformer_lm as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
 # modules here draws random numbers without moving the notebook's.
 
-
-def _ref():
-    from helpers.reference import transformer_lm
-
-    return transformer_lm
 
 # ---------------------------------------------------------------------------------------------
 # TransformerLM(config).forward: input_ids (B, T) or (T,) -> logits (B, T, V) or (T, V)
@@ -184,7 +180,6 @@ def _lm_mismatch(model, ids, expected, got, run, here, tol, key, cfg, dtype) -> 
 def _judge_lm(cases):
     def judge(data: dict) -> str:
         found = runs(data, len(cases))
-        ref = _ref()
         for (seed, fields, dtype, B, T), run in zip(cases, found, strict=True):
             cfg = ref.Config(**fields)
             what = f"TransformerLM({_config_text(fields)})"
