@@ -12,6 +12,7 @@ reference's (``inside``).
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
@@ -124,22 +125,21 @@ def judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variants
     ``variants()``: the catalogued mistakes; ``reference(*inputs)`` computed ``expected``, and its
     trace is compared with the student's (``known``: other values of its forward pass, by name);
     ``leak()``: ``first_leak``'s finding (asked once the shape is known to be right), and ``leak_means``
-    what it says of the module; ``dtype_too``:
-    the output must also keep the input's dtype."""
+    what it says of the module; ``dtype_too``: the output must also keep the input's dtype."""
     what, tol, out = diagnosis["what"], diagnosis["atol"], run.get("out")
     rule, message = settled(out, expected, diagnosis, dtype_too)
-    leak = leak()
-    if close(expected, out, tol, tol) and leak is None:
+    leaked = leak()
+    if close(expected, out, tol, tol) and leaked is None:
         return
     if rule == "rule_nonfinite":
-        leak = None  # inf - inf and 0 * inf move with any token: not evidence of a leak
+        leaked = None  # inf - inf and 0 * inf move with any token: not evidence of a leak
     with torch.no_grad():
         label = identify(out, variants(), tol, tol)
     if label:
-        seen = f" ({leak})" if leak else ""
+        seen = f" ({leaked})" if leaked else ""
         raise CheckFailed(f"{what}: {label}{seen}. Evidence: {first_mismatch(expected, out, tol, tol)}.")
-    if leak:
-        raise CheckFailed(f"{what}: {leak}{leak_means}")
+    if leaked:
+        raise CheckFailed(f"{what}: {leaked}{leak_means}")
     steps = run.get("steps")
     if rule not in WEAK or reference is None or not isinstance(steps, dict) or not steps:
         raise CheckFailed(message)
@@ -153,7 +153,6 @@ def judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variants
 
 
 def _in_float32(reference, inputs: tuple) -> torch.Tensor:
-    import copy
-
+    """The reference's own output computed in float32: the noise a float64 answer may carry."""
     with torch.no_grad():
         return copy.deepcopy(reference).float()(*(x.float() if x.is_floating_point() else x for x in inputs))
