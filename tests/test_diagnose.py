@@ -405,6 +405,9 @@ def nothing(x):
 def past_the_end(ids):
     last = len(ids)
     return ids[last]
+
+def pairs(ids):
+    return [(ids[i], ids[i + 1]) for i in range(len(ids))]
 '''
 
 
@@ -466,6 +469,12 @@ def test_plain_python_values_on_the_line_and_an_index_past_the_end(cell):
     text = explain_exception(raised(cell["past_the_end"], [4, 5, 6]))
     assert "On that line: ids: a list of length 3 ([4, 5, 6]); last = 3." in text, text
     assert "ids[last] reads index 3 of ids, which has 3 items (valid indices 0 … 2)." in text, text
+
+
+def test_an_error_inside_a_comprehension_names_the_function_around_it(cell):
+    text = explain_exception(raised(cell["pairs"], [4, 5, 6]))
+    assert "IndexError in a list comprehension in pairs, line " in text, text
+    assert "ids[i + 1] reads index 3 of ids" in text, text
 
 
 def test_exception_batched_matmul(cell):

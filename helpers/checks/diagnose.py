@@ -1124,6 +1124,20 @@ def _plain(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+_ANONYMOUS = {"<listcomp>": "a list comprehension", "<dictcomp>": "a dict comprehension", "<setcomp>": "a set "
+              "comprehension", "<genexpr>": "a generator expression", "<lambda>": "a lambda"}
+
+
+def _in_frame(name: str, outer: list[str]) -> str:
+    """'in your cell', 'in forward', 'in a list comprehension in encode'."""
+    if name == "<module>":
+        return "in your cell"
+    if name in _ANONYMOUS:
+        around = next((n for n in reversed(outer) if n not in _ANONYMOUS), None)
+        return f"in {_ANONYMOUS[name]}" + (f" in {around}" if around and around != "<module>" else "")
+    return f"in {name}"
+
+
 def explain_parts(exc: BaseException, sizes=None, axes_of=None) -> list[str]:
     """The lines of the explanation (without PyTorch's own message): may be empty."""
     sizes = getattr(exc, "course_sizes", None) or sizes
@@ -1139,8 +1153,7 @@ def explain_parts(exc: BaseException, sizes=None, axes_of=None) -> list[str]:
     if mine:
         frame, lineno = mine[-1]
         source = _source_line(frame, lineno)
-        where = frame.f_code.co_name
-        where = "in your cell" if where == "<module>" else f"in {where}"
+        where = _in_frame(frame.f_code.co_name, [f.f_code.co_name for f, _ in mine[:-1]])
         raised_here = frame is frames[-1][0]
         how = "raised" if raised_here else "failed inside a call"
         lines.append(
