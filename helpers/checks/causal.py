@@ -3,9 +3,10 @@ multi-head modules).
 
 A case runs the student's layer on inputs where no two sizes are equal (``student_case``,
 ``run_causal``: the output, the same input again, each batch element alone, a trace of the
-sub-modules, and the outputs after each later token is changed); ``judge_causal`` then names, in
-order, what the diagnosis layer establishes (shape, determinism, batch mixing), a leak from the
-future, and attention's classic mistakes (``attention_variants``: scale, mask, softmax axis).
+sub-modules, and the outputs after each later token is changed); ``judge_causal`` then names,
+through the kit's ``verdict.judge_output``, in order, what the diagnosis layer establishes (shape,
+determinism, batch mixing), a leak from the future, attention's classic mistakes
+(``attention_variants``: scale, mask, softmax axis), and where inside the layer the values depart.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The student's code raised: the error as data on the probe's side, and as a verdict on the judge's.
 
-One record for every check: ``caught`` turns an exception into ``{"error": "TypeName: message",
+One record for an error of the student's code, in every check: ``caught`` turns an exception into ``{"error": "TypeName: message",
 "kind": "TypeName", "message": ..., "value_error": ..., "explained": ...}``, where ``explained`` is
 ``explain_exception``'s account without the error's own line: where the student's line raised, the
 tensors on that line in the case's legend, and what the message means. ``attempt`` calls the

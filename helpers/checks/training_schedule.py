@@ -185,6 +185,8 @@ def _pattern(case, want: list[float], got: list[float], bad: list[int]) -> str:
                     f"of step s {'+' if d > 0 else '-'} {abs(d)} (an off-by-{abs(d)} in the step count); {where}")
     if bad == [warmup] and warmup:
         return "the first step after the warm-up gets the peak, lr: only that step is wrong, so check the boundary (< or <=)"
+    # zeros count here (unlike the diagnosis layer's rule_rounded): a rate of exactly 0 where the reference's is a
+    # fraction of lr is what lr * (step + 1) // warmup_steps gives
     if all(float(got[s]).is_integer() and got[s] in (math.floor(want[s]), math.trunc(want[s])) for s in bad):
         return ("the wrong rates are the reference's rounded down to whole numbers: an integer division (//) or int() "
                 f"where / was meant; {where}")
