@@ -558,83 +558,82 @@ def _short(t: torch.Tensor) -> str:
     return "[" + ", ".join(_num(v) for v in flat) + (", …]" if t.numel() > 5 else "]")
 
 
-def rule_slice_factors(c: _Case) -> str | None:
-    if not c.finite():
+def _per_row(c: _Case, em: torch.Tensor, gm: torch.Tensor, how: str) -> torch.Tensor | None:
+    """The ``(rows,)`` factors (``how="factor"``) or offsets (``"offset"``) that take each row of the
+    reference ``em`` to the output's row ``gm``: when every row has one and they are not all equal
+    (one value for all is ``rule_factor``'s business); otherwise None."""
+    if em.shape[0] < 2 or em.shape[1] < 2:
         return None
-    for k, n in c.axes_of(2):
-        em, gm = c.slices(k)
-        if em.shape[1] < 2:
-            continue
+    if how == "factor":
         den = (em * em).sum(dim=1)
         if (den == 0).any():
-            continue
-        factors = (em * gm).sum(dim=1) / den  # (n,)
-        if not c.close(gm, factors[:, None] * em):
-            continue
-        spread = float(factors.max() - factors.min())
-        if spread <= 1e-6 * max(1.0, float(factors.abs().max())):
-            continue  # one factor for all: rule_factor's business
-        letter = c.letter(k)
-        shown = ", ".join(f"{_num(v)}" for v in factors[:6].tolist()) + (", …" if n > 6 else "")
-        return (
-            f"each slice along {_axis(k, c.axes)} is the reference times its own factor ({shown} for "
-            f"{letter or 'index'} = 0, 1, …): the shape of each slice is right but its scale is not, "
-            "which is what a normalisation (a division by a norm, a std or a sum) that is missing or "
-            f"computed over the wrong axis does. Evidence: {c.evidence()}."
-        )
+            return None
+        fit = (em * gm).sum(dim=1) / den
+        model = fit[:, None] * em
+    else:
+        fit = (gm - em).mean(dim=1)
+        model = em + fit[:, None]
+    if not c.close(gm, model) or float(fit.max() - fit.min()) <= 1e-6 * max(1.0, float(fit.abs().max())):
+        return None
+    return fit
+
+
+def _first_six(values: torch.Tensor) -> str:
+    return ", ".join(_num(v) for v in values[:6].tolist()) + (", …" if values.numel() > 6 else "")
+
+
+_SCALE_WRONG = ("is right but its scale is not, which is what a normalisation (a division by a norm, a std or "
+                "a sum)")
+
+#: the fits per part: (the parts are slices along an axis, or the vectors along it; "factor" or
+#: "offset"; what it means, with {axis}, {letter}, {others}, {n} and {values} filled in)
+_PER_PART = {
+    "slice factors": ("slices", "factor", "each slice along {axis} is the reference times its own factor ({values} "
+                      "for {letter} = 0, 1, …): the shape of each slice " + _SCALE_WRONG + " that is missing or "
+                      "computed over the wrong axis does"),
+    "slice offsets": ("slices", "offset", "each slice along {axis} is the reference plus its own constant ({values} "
+                      "for {letter} = 0, 1, …): a term that depends only on the position along {axis} (a bias, an "
+                      "offset per {letter}) is wrong or missing"),
+    "fibre factors": ("vectors", "factor", "each vector along {axis} (one per ({others}) index) is the reference's "
+                      "times its own factor ({values}): the direction of each vector " + _SCALE_WRONG + " computed "
+                      "over other entries than the {n} along {axis} does"),
+}
+
+
+def _per_part(c: _Case, which: str) -> str | None:
+    """The first axis whose parts (``_PER_PART``) are each the reference's part times, or plus, a value
+    of their own, told in words."""
+    parts, how, says = _PER_PART[which]
+    if not c.finite():
+        return None
+    axes = c.axes_of(2) if parts == "slices" else reversed(c.axes_of(2))
+    for k, n in axes:
+        if parts == "slices":
+            em, gm = c.slices(k)
+        else:  # (rows, n): one row per index of the other axes
+            em, gm = c.e.movedim(k, -1).reshape(-1, n), c.g.movedim(k, -1).reshape(-1, n)
+        fit = _per_row(c, em, gm, how)
+        if fit is not None:
+            others = ", ".join(c.letter(i) or f"axis {i}" for i in range(c.e.dim()) if i != k)
+            told = says.format(axis=_axis(k, c.axes), letter=c.letter(k) or "index", others=others, n=n,
+                               values=_first_six(fit))
+            return f"{told}. Evidence: {c.evidence()}."
     return None
+
+
+def rule_slice_factors(c: _Case) -> str | None:
+    """Each slice along one axis (all other indices varying) is the reference's times its own factor."""
+    return _per_part(c, "slice factors")
 
 
 def rule_fibre_factors(c: _Case) -> str | None:
     """Each vector along one axis (all other indices fixed) is the reference's times its own factor."""
-    e, g = c.e, c.g
-    if e.dim() < 2 or not c.finite():
-        return None
-    for k in reversed(range(e.dim())):
-        n = e.shape[k]
-        em, gm = e.movedim(k, -1).reshape(-1, n), g.movedim(k, -1).reshape(-1, n)
-        if n < 2 or em.shape[0] < 2:
-            continue
-        den = (em * em).sum(dim=1)
-        if (den == 0).any():
-            continue
-        factors = (em * gm).sum(dim=1) / den
-        if not c.close(gm, factors[:, None] * em):
-            continue
-        if float(factors.max() - factors.min()) <= 1e-6 * max(1.0, float(factors.abs().max())):
-            continue
-        others = [c.letter(i) or f"axis {i}" for i in range(e.dim()) if i != k]
-        shown = ", ".join(_num(v) for v in factors[:6].tolist()) + (", …" if factors.numel() > 6 else "")
-        return (
-            f"each vector along {_axis(k, c.axes)} (one per ({', '.join(others)}) index) is the reference's "
-            f"times its own factor ({shown}): the direction of each vector is right but its scale is not, "
-            f"which is what a normalisation (a division by a norm, a std or a sum) computed over other "
-            f"entries than the {n} along {_axis(k, c.axes)} does. Evidence: {c.evidence()}."
-        )
-    return None
+    return _per_part(c, "fibre factors")
 
 
 def rule_slice_offsets(c: _Case) -> str | None:
-    if not c.finite():
-        return None
-    for k, n in c.axes_of(2):
-        em, gm = c.slices(k)
-        if em.shape[1] < 2:
-            continue
-        offsets = (gm - em).mean(dim=1)  # (n,)
-        if not c.close(gm, em + offsets[:, None]):
-            continue
-        if float(offsets.max() - offsets.min()) <= 1e-6 * max(1.0, float(offsets.abs().max())):
-            continue  # one offset for all: rule_factor's business
-        letter = c.letter(k)
-        shown = ", ".join(_num(v) for v in offsets[:6].tolist()) + (", …" if n > 6 else "")
-        return (
-            f"each slice along {_axis(k, c.axes)} is the reference plus its own constant ({shown} for "
-            f"{letter or 'index'} = 0, 1, …): a term that depends only on the position along "
-            f"{_axis(k, c.axes)} (a bias, an offset per {letter or 'index'}) is wrong or missing. "
-            f"Evidence: {c.evidence()}."
-        )
-    return None
+    """Each slice along one axis is the reference's plus its own constant."""
+    return _per_part(c, "slice offsets")
 
 
 def rule_transposed(c: _Case) -> str | None:

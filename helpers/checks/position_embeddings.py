@@ -18,8 +18,8 @@ from helpers.checks.core import (
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import case_sizes, diagnose
-from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
+from helpers.checks.diagnose import diagnose
+from helpers.checks.errors import attempt, outcome, raise_caught, same_behaviour
 from helpers.checks.transformer_lm_mistakes import position_variants
 from helpers.checks.verdict import WEAK
 
@@ -60,12 +60,9 @@ def _probe_positions(cases):
             with torch.no_grad():
                 pos_to_embedding.weight.copy_(table)
             x_before = x.clone()
-            try:
-                with torch.no_grad(), case_sizes(_pos_sizes(batch, T, C)):
-                    result = add_position_embeddings(x, pos_to_embedding)
-            except Exception as exc:  # noqa: BLE001 - the judge reads the error as evidence
-                result = caught(exc, _pos_sizes(batch, T, C))
-            runs.append({"result": result, "x_changed": not torch.equal(x_before, x)})
+            with torch.no_grad():  # the output, or the error as evidence
+                result = attempt(add_position_embeddings, x, pos_to_embedding, sizes=_pos_sizes(batch, T, C))
+            runs.append({"result": result.get("out", result), "x_changed": not torch.equal(x_before, x)})
         return {"runs": runs}
 
     return probe
