@@ -408,6 +408,29 @@ def past_the_end(ids):
 
 def pairs(ids):
     return [(ids[i], ids[i + 1]) for i in range(len(ids))]
+
+def starts_plus_offsets(starts, T):
+    return starts + torch.arange(T)
+
+def load(linear, weight):
+    linear.weight.copy_(weight)
+
+def first_merge(pairs, merges):
+    return min(pairs, key=merges.get)
+
+def loss(logits, targets):
+    return torch.nn.functional.cross_entropy(logits.view(-1), targets.view(-1))
+
+def shift(ids):
+    return ids[:, :-1]
+
+def positions_added(x, table):
+    return x + table.unsqueeze(1)
+
+def mask_from_front(scores):
+    T = scores.shape[0]
+    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    return scores.masked_fill(future, float("-inf"))
 '''
 
 
@@ -457,6 +480,27 @@ def test_a_matmul_or_copy_clash_is_not_called_elementwise_and_T_on_3d_is_named(c
     text = explain_exception(raised(cell["all_axes_swapped"], q, q))
     assert "A matrix product (@)" in text and "elementwise operation (+" not in text
     assert "k.T reverses all 3 axes of k (shape (3, 6, 2)); to swap the last two only, use .transpose(-2, -1)" in text
+
+
+def test_clashes_that_name_their_likely_cause(cell):
+    outer = explain_exception(raised(cell["starts_plus_offsets"], torch.arange(2), 6))
+    assert "Both sides are 1-D (starts (2,) and one of length 6)" in outer and "a[:, None] + b" in outer
+    transposed = explain_exception(raised(cell["load"], nn.Linear(7, 3).requires_grad_(False), torch.randn(7, 3)))
+    assert "linear.weight (3, 7) is the shape of weight (7, 3) transposed: one of them needs .T" in transposed
+    assert "reduced over its last axis" not in transposed  # the transpose explains it; no keepdim guess
+    unsqueezed = explain_exception(raised(cell["positions_added"], X, torch.randn(6, 7, dtype=torch.float64)))
+    assert ".unsqueeze(1) inserts a size-1 axis at position 1" in unsqueezed and "Both sides are 1-D" not in unsqueezed
+    front = explain_exception(raised(cell["mask_from_front"], torch.randn(2, 6, 6)))
+    assert "future (2, 2) has the batch size B on every axis" in front and "x.shape[-1]" in front
+
+
+def test_python_and_loss_errors_that_name_their_likely_cause(cell):
+    none = explain_exception(raised(cell["first_merge"], [(1, 2), (3, 4)], {}))
+    assert "dict.get returns None for a key that is not in the dict" in none and "math.inf" in none
+    flat = explain_exception(raised(cell["loss"], torch.randn(2, 6, 5), torch.zeros(2, 6, dtype=torch.long)))
+    assert "F.cross_entropy takes logits of shape (N, V)" in flat and "logits.reshape(-1, V)" in flat
+    indices = explain_exception(raised(cell["shift"], torch.arange(6)))
+    assert "The subscript reads more axes than the tensor has (1)" in indices and "x[..., a:b]" in indices
 
 
 def test_a_module_without_the_attribute_says_which_part_was_reached(cell):
@@ -602,6 +646,53 @@ def test_first_divergence_names_the_first_value_that_departs():
     assert "plus the output of norm" in message
     missing = first_divergence({"norm": ours["norm"]}, trace(good, x), 1e-9, 1e-9)
     assert "mlp.0 was never called" in missing
+
+
+class Ignores(Tiny):
+    """Calls the MLP but returns the normalised stream: the MLP's output is computed and dropped."""
+
+    def forward(self, x):
+        x = x + self.norm(x)
+        self.mlp(x)
+        return x
+
+
+def test_unused_outputs_finds_a_submodule_whose_output_forward_drops():
+    good, _ = tiny_pair()
+    ignores = Ignores().double()
+    ignores.load_state_dict(good.state_dict())
+    x = torch.randn(3, 4, dtype=torch.float64)
+    assert dg.unused_outputs(good, x) == []
+    assert dg.unused_outputs(ignores, x) == ["mlp"]  # the outermost name only, not mlp.0 ... mlp.2
+    assert not ignores.mlp._forward_hooks  # hooks removed
+    told = dg.unused_told(["mlp"], good, (x,))
+    assert told.startswith("it calls mlp (the MLP) but never uses what it returns")
+    assert dg.unused_told(["mlp"], ignores, (x,)) is None  # the reference ignores it too: nothing to tell
+    assert dg.unused_told([], good, (x,)) is None
+
+
+class Chain(nn.Module):
+    """Two layers in a row; ``around`` adds a residual connection around each."""
+
+    def __init__(self, around=False):
+        super().__init__()
+        self.around = around
+        self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x) if self.around else layer(x)
+        return x
+
+
+def test_first_divergence_names_a_residual_added_around_a_layer():
+    torch.manual_seed(0)
+    good, around = Chain().double(), Chain(around=True).double()
+    around.load_state_dict(good.state_dict())
+    x = torch.randn(3, 4, dtype=torch.float64)
+    message = first_divergence(trace(around, x, with_inputs=True), trace(good, x, with_inputs=True), 1e-9, 1e-9)
+    assert "the input of layers.1" in message and "plus the input of layers.0" in message
+    assert "a residual connection around layers.0" in message
 
 
 def test_difference_from_a_value_of_the_forward_pass():

@@ -67,7 +67,8 @@ def run_causal(module, x: torch.Tensor, replacement: torch.Tensor) -> dict:
         alone = [module(x_before[b : b + 1].clone()) for b in range(x.shape[0])] if x.dim() == 3 else None
         leaks = [module(changed_at(x_before, replacement, j)) for j in range(1, x.shape[-2])]
     steps = layer.trace(module, x_before.clone(), with_inputs=True)
-    return {"out": out, "x_changed": x_changed, "again": again, "alone": alone, "leaks": leaks, "steps": steps}
+    return {"out": out, "x_changed": x_changed, "again": again, "alone": alone, "leaks": leaks, "steps": steps,
+            "ignored": layer.unused_outputs(module, x_before.clone())}
 
 
 def attend(q, k, v, *, scale, mask="causal", dim=-1, transposed=False):

@@ -41,6 +41,8 @@ __all__ = [
     "first_divergence",
     "legend_shape",
     "trace",
+    "unused_outputs",
+    "unused_told",
 ]
 
 #: the course's shape legend: letter -> the constructor argument it stands for
@@ -946,6 +948,52 @@ def _dropped_axis(a: int, b: int, values) -> str:
     return ""
 
 
+def _transposed_pair(values) -> str:
+    """Two matrices of the line whose shapes are each other's reversed: one of them needs a transpose."""
+    mats = [(name, v) for name, v in values if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[0] != v.shape[1]]
+    for (n1, v1), (n2, v2) in itertools.combinations(mats, 2):
+        if tuple(v1.shape) == tuple(reversed(v2.shape)):
+            return (f" {n1} {tuple(v1.shape)} is the shape of {n2} {tuple(v2.shape)} transposed: one of them needs .T "
+                    "(nn.Linear stores its weight as (out_features, in_features)).")
+    return ""
+
+
+def _outer_pair(a: int, b: int, k: int, values) -> str:
+    """Two 1-D tensors of different lengths met elementwise: maybe an outer combination was meant."""
+    ones = [(name, v.shape[0]) for name, v in values
+            if isinstance(v, torch.Tensor) and v.dim() == 1 and v.shape[0] in (a, b)]
+    if k != 0 or not ones or any(isinstance(v, torch.Tensor) and v.dim() > 1 for _, v in values):
+        return ""
+    name, length = ones[0]
+    other = next((f"{n} ({size},)" for n, size in ones[1:] if size != length), f"one of length {b if length == a else a}")
+    return (f" Both sides are 1-D ({name} ({length},) and {other}): an elementwise operation pairs entry i with "
+            "entry i. To combine every entry of one with every entry of the other (a table of shape (len(a), "
+            "len(b))), make the first a column: a[:, None] + b.")
+
+
+def _built_from_batch(values, sizes) -> str:
+    """A square tensor of the line whose every axis has the batch size: a size read from the front."""
+    if not sizes or "B" not in sizes:
+        return ""
+    for name, v in values:
+        if (isinstance(v, torch.Tensor) and v.dim() >= 2 and len(set(v.shape)) == 1
+                and _letter(int(v.shape[0]), sizes) == "B"):
+            return (f" {name} {tuple(v.shape)} has the batch size B on every axis: it was built from a size read "
+                    "at the front of a batched tensor (x.shape[0] is B for (B, T, ...)); read sizes from the end, "
+                    "x.shape[-1], so that one line serves a single input and a batch.")
+    return ""
+
+
+def _unsqueezed(source: str) -> str:
+    """An unsqueeze on a line whose broadcast failed: where the new axis went."""
+    m = re.search(r"\.unsqueeze\((-?\d+)\)", source.split("#")[0])
+    if not m:
+        return ""
+    return (f" .unsqueeze({m.group(1)}) inserts a size-1 axis at position {m.group(1)}; after it the axes must line "
+            "up from the end: a (T, C) tensor already broadcasts against (B, T, C) as it is, while "
+            "(T, C).unsqueeze(1) is (T, 1, C), which puts T against B.")
+
+
 def _operation(source: str) -> str:
     """What a broadcasting clash on ``source`` (the failing line) came from, in words."""
     source = source.split("#")[0]  # a shape comment may show a product the line does not compute
@@ -1001,7 +1049,8 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
         return (
             f"{_operation(source)}: at dimension {k} of the broadcast shape one has size {n(a)}, the other "
             f"{n(b)}; they must be equal, or one of them 1." + _reversed_axes(values)
-            + _dropped_axis(int(a), int(b), values)
+            + (_transposed_pair(values) or _outer_pair(int(a), int(b), int(k), values)
+               or _built_from_batch(values, sizes) or _unsqueezed(source) or _dropped_axis(int(a), int(b), values))
         )
     m = re.search(r"expected scalar type (\w+) but found (\w+)", text) or re.search(
         r"expected (?:m1 and m2|mat1 and mat2|both vectors|self and \w+) to have the same dtype, but got:? (\w+) != (\w+)", text
@@ -1051,6 +1100,12 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
             + (" An index counted from the front lands on another axis when the input has more axes (a batch): "
                "index from the end, x[..., i, j]." if _letter(int(size), sizes) in ("B", "nh") else "")
         )
+    m = re.search(r"too many indices for tensor of dimension (\d+)", text)
+    if m:
+        d = int(m.group(1))
+        return (f"The subscript reads more axes than the tensor has ({d}): x[:, a:b] reads two axes, and a single "
+                "sequence (T,) has one. Index from the end with an Ellipsis, x[..., a:b], which works for (T,) and "
+                "(B, T) alike.")
     if "only supports boolean masks" in text:
         return ("masked_fill needs a boolean mask, True where the value is replaced: create the mask with "
                 "dtype=torch.bool (torch.ones(T, T) alone is float).")
@@ -1106,6 +1161,20 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
         return (f"The object reached here is a {kind}, which has no {attr}: the code picked another part than it "
                 f"meant (a wrong index or name into a model, say).{seen} print(model) lists every sub-module "
                 "with its index.")
+    if re.search(r"'[<>]=?' not supported between instances of '\w+' and '\w+'", text) and "NoneType" in text:
+        if ".get" in source.split("#")[0]:
+            return ("A None was compared with < or >: dict.get returns None for a key that is not in the dict, and "
+                    "min, max and sorted compare what their key= returns. Give get a default of the right kind, "
+                    "d.get(key, default) (for a min, one that sorts after every real value, such as math.inf).")
+        return ("A None was compared with < or >: a function without a return statement gives None, and so does "
+                "a lookup that found nothing (dict.get).")
+    m = re.search(r"For 1D input, 1D target must have size 1|Expected input batch_size \((\d+)\) to match target "
+                  r"batch_size \((\d+)\)", text)
+    if m:
+        return ("F.cross_entropy takes logits of shape (N, V), one row of V scores per prediction, and targets of "
+                "shape (N,), one class id per row (a 1-D input is read as the scores of a single prediction). "
+                "Flatten both the same way and keep the vocabulary axis: logits.reshape(-1, V) and "
+                "targets.reshape(-1); .view(-1) on the logits merges V into the rest.")
     m = re.search(r"not enough values to unpack \(expected (\d+), got (\d+)\)", text) or re.search(
         r"too many values to unpack \(expected (\d+)(?:, got (\d+))?\)", text
     )
@@ -1245,6 +1314,64 @@ def trace(module: torch.nn.Module, *inputs, with_inputs: bool = False, **kwargs)
     return seen
 
 
+def unused_outputs(module: torch.nn.Module, *inputs, limit: int = 48, depth: int = 8) -> list[str]:
+    """Probe side: the named submodules (at most ``limit``, at most ``depth`` names deep) whose output
+    ``module``'s forward does not use: the submodule is called and returns a tensor, but a fixed
+    pseudo-random change to what it returns (in every call) leaves ``module(*inputs)`` exactly as
+    it was. Only the outermost of nested names is listed."""
+    with torch.no_grad():
+        base = module(*inputs)
+    if not isinstance(base, torch.Tensor):
+        return []
+    names = [n for n in trace(module, *inputs) if n.count(".") < depth][:limit]  # one forward pass each
+    unused: list[str] = []
+    for seed, name in enumerate(sorted(names, key=lambda n: n.count("."))):
+        sub = module.get_submodule(name)
+        if any(name.startswith(f"{outer}.") for outer in unused):
+            continue
+        called = []
+
+        def bump(mod, args, output, seed=seed, called=called):
+            if isinstance(output, torch.Tensor) and output.is_floating_point() and output.numel():
+                called.append(True)
+                g = torch.Generator().manual_seed(1000 + seed)
+                noise = torch.randn(output.shape, generator=g, dtype=torch.float64).to(output.dtype)
+                return output + noise * (1 + output.detach().abs().mean())
+            return None
+
+        handle = sub.register_forward_hook(bump)
+        try:
+            with torch.no_grad():
+                out = module(*inputs)
+        except Exception:  # noqa: BLE001 - a forward that cannot take the change uses the output
+            continue
+        finally:
+            handle.remove()
+        if called and isinstance(out, torch.Tensor) and out.shape == base.shape and torch.equal(out, base):
+            unused.append(name)
+    return unused
+
+
+def unused_told(ignored, reference: torch.nn.Module, inputs: tuple) -> str | None:
+    """Judge side: the submodules whose output the student's forward ignores (``unused_outputs``'s
+    list) while the reference's output depends on them, in words; None when there is none."""
+    if not isinstance(ignored, list) or not ignored:
+        return None
+    theirs = set(unused_outputs(reference, *inputs))
+    called = trace(reference, *inputs)
+    names = [n for n in ignored if isinstance(n, str) and n in called and n not in theirs]
+    if not names:
+        return None
+    labels = [f"{n} ({_gloss(n)})" if _gloss(n) else n for n in names[:3]]
+    listed = " and ".join(labels) if len(labels) < 3 else ", ".join(labels[:-1]) + f" and {labels[-1]}"
+    return (
+        f"it calls {listed} but never uses what {'it returns' if len(names) == 1 else 'they return'}: "
+        "changing that output leaves your module's output exactly as it was, while the reference's output "
+        "depends on it. Another tensor stands where that output belongs (a variable used twice, or the "
+        "wrong one of two similar names)"
+    )
+
+
 _GLOSS = {
     "attn": "the attention", "attention": "the attention", "self_attention": "the attention",
     "sa": "the attention", "mlp": "the MLP", "ffwd": "the MLP", "feed_forward": "the MLP",
@@ -1301,6 +1428,22 @@ def _as_multiple(diff: torch.Tensor, candidates: dict[str, torch.Tensor], atol: 
     return None
 
 
+def _residual_around(extra: str | None, want: torch.Tensor, earlier: dict, atol: float, rtol: float) -> str:
+    """When a sub-module's input is the reference's plus the input of the sub-module called just
+    before, whose output the reference passes on: a residual connection added around that one."""
+    if not extra or not extra.startswith("the input of "):
+        return ""
+    around = extra.removeprefix("the input of ")
+    output = earlier.get(f"the output of {around}")
+    if not isinstance(output, torch.Tensor) or output.shape != want.shape or not torch.isclose(
+            output.double(), want.double(), atol=atol, rtol=rtol, equal_nan=True).all():
+        return ""
+    name = around.split(" (")[0]
+    return (f" That is {name}'s output added to its own input, x + {name}(x): a residual connection around {name} "
+            f"that the reference does not have (where the reference passes on {name}(x) alone, {name} adds its own "
+            "residual inside).")
+
+
 def first_divergence(
     student_trace: dict[str, torch.Tensor], reference_trace: dict[str, torch.Tensor], atol: float, rtol: float,
     known: dict[str, torch.Tensor] | None = None,
@@ -1337,6 +1480,7 @@ def first_divergence(
         if not bool(torch.isclose(have.double(), want.double(), atol=atol, rtol=rtol, equal_nan=True).all()):
             extra = _as_multiple(have.double() - want.double(), earlier, atol, rtol)
             exactly = f" It is the reference's value {'' if extra.startswith('minus') else 'plus '}{extra}." if extra else ""
+            exactly += _residual_around(extra, want, earlier, atol, rtol) if is_input else ""
             return (
                 f"the first value that departs from the reference is {value}; {before}.{exactly} Evidence: "
                 f"{first_mismatch(want, have, atol, rtol)}."

@@ -21,7 +21,7 @@ from helpers.checks.core import (
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import _gloss, case_sizes, trace
+from helpers.checks.diagnose import _gloss, case_sizes, trace, unused_outputs
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, block_variants
 from helpers.checks.verdict import first_leak, judge_output, tolerance
 from helpers.reference import transformer_layer as ref
@@ -124,7 +124,7 @@ def _run_block_case(block_class, seed, batch, T, C, hs, nh, n_hidden, dtype) -> 
     # what each sub-layer received and returned, for the judge to find where the block goes wrong
     steps = trace(block, x_before.clone(), with_inputs=True)
     return {"out": out, "x_changed": x_changed, "leaks": leaks, "again": again, "alone": alone, "steps": steps,
-            "calls": calls(block, x_before.clone())}
+            "calls": calls(block, x_before.clone()), "ignored": unused_outputs(block, x_before.clone())}
 
 
 def calls(module: nn.Module, *inputs, most: int = 3) -> dict:

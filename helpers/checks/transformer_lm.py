@@ -24,7 +24,7 @@ from helpers.checks.core import (
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import case_sizes, diagnose, precision_lost, trace
+from helpers.checks.diagnose import case_sizes, diagnose, precision_lost, trace, unused_outputs
 from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
 from helpers.checks.transformer_lm_mistakes import lm_variants
 from helpers.checks.verdict import WEAK, first_leak, inside, tolerance
@@ -142,6 +142,7 @@ def _probe_lm(cases):
             run["leaks"] = leaks
             if isinstance(run["out"], torch.Tensor):  # what each submodule received and returned
                 run["steps"] = trace(model, ids, with_inputs=True)
+                run["ignored"] = unused_outputs(model, ids, depth=2)  # the model's own parts, not the blocks' insides
             runs.append(run)
         return {"runs": runs}
 

@@ -25,6 +25,8 @@ from helpers.checks.diagnose import (
     first_divergence,
     precision_lost,
     trace,
+    unused_outputs,
+    unused_told,
 )
 from helpers.checks.errors import attempt, outcome
 
@@ -39,13 +41,15 @@ def tolerance(dtype: torch.dtype) -> float:
 
 def run_module(module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
     """Probe side: the module's output on x (``attempt``'s record), on x again, on each batch element
-    alone when ``batched``, and every sub-module's input and output on the way (``steps``)."""
+    alone when ``batched``, every sub-module's input and output on the way (``steps``) and the
+    sub-modules whose output forward ignores (``ignored``)."""
     run = attempt(module, x, sizes=sizes)
     if "out" in run:
         run["again"] = attempt(module, x.clone(), sizes=sizes).get("out")
         if batched:
             run["alone"] = [attempt(module, x[b:b + 1].clone(), sizes=sizes).get("out") for b in range(x.shape[0])]
         run["steps"] = attempt(lambda v: trace(module, v, with_inputs=True), x.clone(), sizes=sizes).get("out")
+        run["ignored"] = attempt(lambda v: unused_outputs(module, v), x.clone(), sizes=sizes).get("out")
     return run
 
 
@@ -104,7 +108,12 @@ def inside(run: dict, expected, out, reference, inputs: tuple, tol: float, *, kn
     none does, that the difference comes from forward's own arithmetic, and by how much."""
     ours = trace(reference, *inputs, with_inputs=True)
     found = first_divergence(run.get("steps"), ours, tol, tol, known=known)
-    if found is None:  # every sub-module saw and returned the reference's values
+    ignored = unused_told(run.get("ignored"), reference, inputs) if found is None else None
+    if ignored:
+        found = (f"every {part} received and returned exactly what the reference's did; the mistake is in how "
+                 f"forward uses them: {ignored}.")
+        note = f"{note} Evidence: {first_mismatch(expected, out, tol, tol)}.".strip()
+    elif found is None:  # every sub-module saw and returned the reference's values
         extra = difference_from(out, expected, ours, tol, tol, known=known)
         exactly = f" The output is the reference's {'' if extra.startswith('minus') else 'plus '}{extra}." if extra else ""
         found = (f"every {part} received and returned exactly what the reference's did"
