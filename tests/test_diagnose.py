@@ -427,6 +427,9 @@ def shift(ids):
 def positions_added(x, table):
     return x + table.unsqueeze(1)
 
+def logits(x, table):
+    return x @ table
+
 def mask_from_front(scores):
     T = scores.shape[0]
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
@@ -490,6 +493,8 @@ def test_clashes_that_name_their_likely_cause(cell):
     assert "reduced over its last axis" not in transposed  # the transpose explains it; no keepdim guess
     unsqueezed = explain_exception(raised(cell["positions_added"], X, torch.randn(6, 7, dtype=torch.float64)))
     assert ".unsqueeze(1) inserts a size-1 axis at position 1" in unsqueezed and "Both sides are 1-D" not in unsqueezed
+    untransposed = explain_exception(raised(cell["logits"], X, torch.randn(11, 7, dtype=torch.float64)))
+    assert "table (11, 7) would fit transposed: table.T is (7, 11)" in untransposed
     front = explain_exception(raised(cell["mask_from_front"], torch.randn(2, 6, 6)))
     assert "future (2, 2) has the batch size B on every axis" in front and "x.shape[-1]" in front
 

@@ -196,6 +196,9 @@ def decode_variants(ids):
         "invalid bytes were dropped (errors='ignore'); they must become U+FFFD (errors='replace')": data.decode("utf-8", errors="ignore"),
         "invalid bytes were written as escapes (errors='backslashreplace'); they must become U+FFFD (errors='replace')": data.decode("utf-8", errors="backslashreplace"),
         "you decoded the bytes as Latin-1 (one character per byte, or chr(b)): decode them as UTF-8": data.decode("latin-1"),
+        **{f"you joined the tokens' bytes with {sep!r} between them: a token's bytes already hold any space it "
+           "needs; join with b\"\" (nothing between)": sep.join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+           for sep in (b" ", b"\n", b",", b", ")},
     }
 
 

@@ -1026,11 +1026,17 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
     m = re.search(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", text)
     if m:
         a, b, c, d = m.groups()
+        linear = any(isinstance(v, torch.nn.Linear) for _, v in values)
+        flipped = next((name for name, v in values if isinstance(v, torch.Tensor) and v.dim() == 2
+                        and tuple(v.shape) == (int(c), int(d))), None) if b == d and c != d else None
         return (
             f"A matrix product (@, torch.matmul or an nn.Linear) needs the left factor's last axis to equal "
             f"the right factor's first: here the left factor (flattened to {a}x{b}) ends in {n(b)}, the "
-            f"right one ({c}x{d}) starts with {n(c)}. For an nn.Linear, the right factor is the weight "
-            f"transposed: the layer expects inputs whose last axis has size {n(c)}, and got {n(b)}."
+            f"right one ({c}x{d}) starts with {n(c)}. "
+            + (f"{flipped} ({c}, {d}) would fit transposed: {flipped}.T is ({d}, {c}), the layout x @ W.T that "
+               "nn.Linear computes with its (out_features, in_features) weight." if flipped and not linear else
+               f"For an nn.Linear, the right factor is the weight transposed: the layer expects inputs whose "
+               f"last axis has size {n(c)}, and got {n(b)}.")
         )
     m = re.search(
         r"Expected size for first two dimensions of batch2 tensor to be: \[(\d+), (\d+)\] but got: \[(\d+), (\d+)\]", text

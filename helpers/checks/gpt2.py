@@ -114,6 +114,15 @@ def gelu_reading(y: torch.Tensor, approximate: str) -> str | None:
                  (0.5, -0.5): f"the sign before {form} is flipped: 1 - instead of 1 +"}
         return known.get(tuple(round(v, 6) + 0.0 for v in ab)) or (f"your output is exactly {ab[0]:.4g} x + {ab[1]:.4g} x {form}; GELU is "
                                          f"0.5 x + 0.5 x {form}: a constant factor is off")
+    for scale in (1.0, 0.5, math.sqrt(2), 1 / math.sqrt(2), _C):  # the inside scaled by another constant
+        inside = "x" if scale == 1.0 else f"{scale:.7g} x"
+        other = torch.erf(scale * x) if erf else torch.tanh(scale * (x + _K * x**3))
+        if abs(scale - (1 / math.sqrt(2) if erf else _C)) < 1e-12 or (ab := fit(x, x * other)) is None:
+            continue
+        told = (f"erf({inside})" if erf else f"tanh({scale:.7g} (x + 0.044715 x^3))")
+        outside = (" the division by sqrt(2) sits outside the erf, erf(x) / sqrt(2); it belongs inside, erf(x / sqrt(2))"
+                   if erf and scale == 1.0 and abs(ab[1] - 0.5 / math.sqrt(2)) < 1e-6 else " the constant inside is off")
+        return f"your output is exactly {ab[0]:.4g} x + {ab[1]:.4g} x {told}, where GELU is 0.5 x + 0.5 x {form}:{outside}"
     if (ab := fit(torch.ones_like(x), squash)) is not None:
         return f"your output is exactly {ab[0]:.4g} + {ab[1]:.4g} {form}, without the leading x: GELU is x times 0.5 (1 + {form})"
     if (abc := fit(x, x * squash, x * squash**2)) is not None:

@@ -30,7 +30,7 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.diagnose import case_sizes, explain_mismatch
-from helpers.checks.errors import caught, raise_caught
+from helpers.checks.errors import attempt, caught, raise_caught
 from helpers.checks.kv_cache import (
     PARAMS,
     call_error,
@@ -103,12 +103,37 @@ def _probe_rope(cases):
             try:
                 with case_sizes(sizes):
                     runs.append({"out": apply_rope(x, positions), "shifted": apply_rope(x.clone(), positions + SHIFT),
-                                 "changed": not torch.equal(before, x)})
+                                 "changed": not torch.equal(before, x),
+                                 "basis": attempt(apply_rope, *_basis(x.shape[-1]), sizes=sizes).get("out")})
             except Exception as exc:  # noqa: BLE001
                 runs.append(caught(exc, sizes))
         return {"runs": runs}
 
     return probe
+
+
+def _basis(hs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row j is feature j alone, every row at position 3: row j of the output is where feature j goes."""
+    return torch.eye(hs, dtype=torch.float64), torch.full((hs,), 3)
+
+
+def _pairing(basis, hs: int) -> str | None:
+    """Which input features each output feature is made from, when that differs from the halves."""
+    if not isinstance(basis, torch.Tensor) or basis.shape != (hs, hs):
+        return None
+    reads = [sorted(int(j) for j in (basis[:, i].abs() > 1e-9).nonzero().flatten()) for i in range(hs)]
+    half = hs // 2
+    want = [sorted({i, (i + half) % hs}) for i in range(hs)]
+    if reads == want or any(len(r) != 2 for r in reads):  # a rotation of pairs, but not of these pairs
+        return None
+    shown = "; ".join(f"{i} from {' and '.join(map(str, r))}" for i, r in enumerate(reads[:4]))
+    wanted = ", ".join(f"({i}, {i + half})" for i in range(min(half, 3)))
+    return (f"the features are paired wrongly (the other half of each pair is not hs/2 away): with every row at one "
+            f"position, your output feature {shown.replace(' from ', ' is made from input features ', 1)}"
+            f"{' …' if hs > 4 else ''}; "
+            f"the lesson turns feature i together with feature i + hs/2, {wanted}{' …' if half > 3 else ''}, and writes "
+            "each turned pair back to the same two places (x1 = x[..., :hs/2], x2 = x[..., hs/2:], then "
+            "torch.cat of the two halves)")
 
 
 def _judge_rope(cases):
@@ -128,6 +153,7 @@ def _judge_rope(cases):
             variants = {ROPE_MISTAKES[f]: known_good_rope(x, positions, flavour=f) for f in ROPE_MISTAKES}
             label = identify(out, variants, tol, tol)
             evidence = first_mismatch(expected, out, tol, tol)
+            label = label or _pairing(run.get("basis"), x.shape[-1])
             if label:
                 raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
             shifted = run.get("shifted")
