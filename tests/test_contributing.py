@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.checks.core import Check, CheckFailed, expect_callable, expect_tensor, need
+from helpers.checks.core import CheckFailed, expect_callable, expect_tensor, need, visible_and_hidden
 from helpers.checks.diagnose import explain_mismatch
 from helpers.reference import toy as ref
 
@@ -72,8 +72,7 @@ def _judge(cases):
     return judge
 
 
-check_center = Check("check_center", _probe(CASES), _judge(CASES))
-check_center_hidden = Check("check_center_hidden", _probe(HIDDEN_CASES), _judge(HIDDEN_CASES), hidden=True)
+check_center, check_center_hidden = visible_and_hidden("check_center", _probe, _judge, CASES, HIDDEN_CASES)
 '''
 
 
