@@ -27,6 +27,7 @@ from pathlib import Path
 
 from autograder import lesson_checks  # noqa: F401 - fills the registry of checks
 from autograder.course import Lesson, Test, cell_source, nbgrader_meta
+from autograder.names import missing_name_hint
 from autograder.protocol import DONE
 from autograder.runner import JobResult, Limits, Step, run_steps
 from autograder.sandbox import Isolation
@@ -199,7 +200,9 @@ def build_program(lesson: Lesson, submission: dict) -> tuple[list[Step], set[str
 # Judging
 
 
-def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResult:
+def judge_test(test: Test, job: JobResult, answer_line: dict | None, code: tuple[str, ...] = ()) -> TestResult:
+    """The result of one test from the child's lines; ``code``: the notebook's code cells, read for
+    the names they define when the test could not find one."""
     def result(status: str, message: str) -> TestResult:
         points = test.points if status == "passed" else 0.0
         return TestResult(test.grade_id, test.hidden, status, points, test.points, message)
@@ -230,12 +233,13 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None) -> TestResu
         records = []
     names = [r.get("check") for r in records if isinstance(r, dict)]
     if line.get("status") == "error" and not records:
-        cause = line.get("error", "an error")
+        cause = str(line.get("error", "an error"))
         if answer_line and answer_line.get("status") == "error":
             cause = f"your answer cell raised {answer_line.get('error')}"
         if line.get("not_implemented"):
             return result("failed", "not answered yet (the cell still raises NotImplementedError)")
-        return result("error", f"the test could not run: {cause}")
+        hint = "" if cause.startswith("your answer cell") else missing_name_hint(cause, code)
+        return result("error", f"the test could not run: {cause}{'' if not hint or cause.endswith('.') else '.'}{hint}")
     if names != test.checks:
         return result(
             "tampered",
@@ -292,6 +296,7 @@ def grade_notebook(
     # a stuck answer is replaced by the course's own answer on the rerun (it still scores a
     # timeout): later exercises that use what it defines are graded on their own merits
     job = run_steps(steps, limits, isolation, replacements=lesson.solution_answers())
+    code = tuple(step.source for step in steps if step.kind == "code")
     exercises = []
     for exercise in lesson.exercises.values():
         if exercise.grade_id not in found:
@@ -301,7 +306,7 @@ def grade_notebook(
             )
             continue
         answer_line = job.step(exercise.grade_id)
-        tests = [judge_test(t, job, answer_line) for t in exercise.tests]
+        tests = [judge_test(t, job, answer_line, code) for t in exercise.tests]
         status = max((t.status for t in tests), key=SEVERITY.__getitem__)
         notes = []
         if answer_line and answer_line.get("status") == "error":

@@ -235,6 +235,19 @@ def test_every_way_a_test_can_go_wrong_has_its_status(visible, the_job, answer, 
     assert result.status == status and words in result.message and result.points == 0
 
 
+def test_a_missing_name_is_told_with_what_the_notebook_defines_instead(visible):
+    line = result_line([], status="error", error="NameError: name 'double' is not defined")
+    renamed = judge_test(visible, job(line), None, ("import torch", "def doubled(x):\n    return 2 * x")).message
+    assert "The test uses double, the name the exercise gives, and your notebook defines doubled instead" in renamed
+    late = judge_test(visible, job(line), None, ("%matplotlib inline\ndouble = lambda x: 2 * x",)).message
+    assert "defines double only in a cell that comes after this test" in late
+    gone = judge_test(visible, job(line), None, ("import torch",)).message
+    assert "which no cell of your notebook defines" in gone
+    answer = {"step": "double", "status": "error", "error": "NameError: name 'y' is not defined"}
+    told = judge_test(visible, job(line), answer, ("def doubled(x):\n    return y",)).message
+    assert "your answer cell raised NameError" in told and "The test uses" not in told  # the answer's own error
+
+
 # --- finding leaks --------------------------------------------------------------------------
 
 
