@@ -133,3 +133,29 @@ def test_known_weights_need_the_interface_names_and_shapes():
         load_weights(Tiny(), {"first.weight": torch.zeros(3, 3), "second.weight": torch.zeros(3, 3)}, "Tiny()")
     with pytest.raises(CheckFailed, match=r"stores a weight of shape \(out, in\)"):
         load_weights(Tiny(), {"first.weight": torch.zeros(3, 4)}, "Tiny()")
+
+
+class Listed(nn.Module):
+    """Its layers in a Python list: PyTorch registers none of them."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = [nn.Linear(3, 3, bias=False) for _ in range(2)]
+
+
+def test_modules_in_a_python_list_are_named_as_unregistered():
+    with pytest.raises(CheckFailed) as failed:
+        load_weights(Listed(), {"layers.0.weight": torch.zeros(3, 3), "layers.1.weight": torch.zeros(3, 3)}, "Listed()")
+    assert "it has []. layers (a Python list) holds modules that PyTorch does not register" in str(failed.value)
+    assert "nn.ModuleList" in str(failed.value) and "_modules" not in str(failed.value)
+
+
+class PlainScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.ones(3)
+
+
+def test_a_plain_tensor_attribute_is_named_as_not_a_parameter():
+    with pytest.raises(CheckFailed, match=r"weight \(3,\) is a plain tensor, not a parameter: .* nn.Parameter"):
+        load_weights(PlainScale(), {"weight": torch.ones(3)}, "PlainScale()")

@@ -29,7 +29,7 @@ from helpers.checks.core import (
 )
 from helpers.checks.diagnose import case_sizes, diagnose, precision_lost
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, layer_norm_variants, worst_row
-from helpers.checks.verdict import WEAK
+from helpers.checks.verdict import WEAK, unregistered
 from helpers.reference import transformer_layer as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
@@ -106,7 +106,7 @@ def _run_layer_norm_case(ln_class, seed, shape, eps, dtype) -> dict:
     if names != ["bias", "weight"]:
         raise CheckFailed(
             f"{_ln_name(C, eps)} should have exactly two parameters, weight and bias, "
-            f"each of shape ({C},); it has {names}."
+            f"each of shape ({C},); it has {names}.{unregistered(ln)}"
         )
     init = {"weight": ln.weight.detach().clone(), "bias": ln.bias.detach().clone()}
     ln = ln.to(dtype)

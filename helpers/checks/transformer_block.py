@@ -23,7 +23,7 @@ from helpers.checks.core import (
 )
 from helpers.checks.diagnose import _gloss, case_sizes, trace, unused_outputs
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, block_variants
-from helpers.checks.verdict import first_leak, judge_output, tolerance
+from helpers.checks.verdict import first_leak, judge_output, tolerance, unregistered
 from helpers.reference import transformer_layer as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
@@ -96,16 +96,18 @@ def _probe_block(cases):
 def _run_block_case(block_class, seed, batch, T, C, hs, nh, n_hidden, dtype) -> dict:
     weights, x, replacement = _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype)
     block = block_class(C, hs, nh, n_hidden)
+    # Known-good norms in place of the student's LayerNorm (same names, same arithmetic), before
+    # anything is checked, so that a mistake in the LayerNorm exercise (its parameters included)
+    # does not cost this exercise's points.
+    for attr in NORMS:
+        if isinstance(getattr(block, attr, None), nn.Module):
+            setattr(block, attr, nn.LayerNorm(C, eps=DEFAULT_EPS))
     names = sorted(name for name, _ in block.named_parameters())
     if names != sorted(weights):
         raise CheckFailed(
             f"{block_class.__name__}({C}, {hs}, {nh}, {n_hidden}) should have exactly the parameters "
-            f"{', '.join(weights)} (keep the constructor as given); it has {names}."
+            f"{', '.join(weights)} (keep the constructor as given); it has {names}.{unregistered(block)}"
         )
-    # Known-good norms in place of the student's LayerNorm (same names, same arithmetic),
-    # so that a mistake in the LayerNorm exercise does not cost this exercise's points.
-    for attr in NORMS:
-        setattr(block, attr, nn.LayerNorm(C, eps=DEFAULT_EPS))
     block = block.to(dtype)
     with torch.no_grad():
         for name, param in block.named_parameters():

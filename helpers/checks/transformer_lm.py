@@ -27,7 +27,7 @@ from helpers.checks.core import (
 from helpers.checks.diagnose import case_sizes, diagnose, precision_lost, trace, unused_outputs
 from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
 from helpers.checks.transformer_lm_mistakes import lm_variants
-from helpers.checks.verdict import WEAK, first_leak, inside, tolerance
+from helpers.checks.verdict import WEAK, first_leak, inside, tolerance, unregistered
 from helpers.reference import transformer_lm as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
@@ -119,7 +119,7 @@ def _probe_lm(cases):
                     param.copy_(weights[name])
             model.eval()
             ids, full, long, replacement = _lm_ids(seed, config.n_vocab, B, T, config.max_len)
-            run: dict = {"shapes": shapes}
+            run: dict = {"shapes": shapes, "unregistered": unregistered(model)}
             sizes = _lm_sizes(config, B, T)
 
             def call(inputs, model=model, sizes=sizes):
@@ -193,7 +193,7 @@ def _judge_lm(cases):
                     have = ", ".join(f"{n} {tuple(s)}" for n, s in got_shapes)
                     raise CheckFailed(
                         f"{what} should have the parameters {want} (keep the constructor as given); "
-                        f"it has {have}."
+                        f"it has {have}.{str(run.get('unregistered') or '')[:600]}"
                     )
                 weights = _lm_weights(seed, shapes)
                 model = model.double()

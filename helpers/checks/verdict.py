@@ -59,7 +59,7 @@ def load_weights(module, weights: dict[str, torch.Tensor], what: str, layout: st
     names = sorted(name for name, _ in module.named_parameters())
     if names != sorted(weights):
         raise CheckFailed(f"{what} should have exactly the parameters {', '.join(sorted(weights))} ({layout}); "
-                          f"it has {names}.")
+                          f"it has {names}.{unregistered(module)}")
     with torch.no_grad():
         for name, param in module.named_parameters():
             if tuple(param.shape) != tuple(weights[name].shape):
@@ -67,6 +67,32 @@ def load_weights(module, weights: dict[str, torch.Tensor], what: str, layout: st
                 raise CheckFailed(f"{what}: {name} has shape {tuple(param.shape)}, expected "
                                   f"{tuple(weights[name].shape)}{linear}; {layout}.")
             param.copy_(weights[name])
+
+
+def unregistered(module) -> str:
+    """What the module keeps where PyTorch does not look, in words: sub-modules in a plain list,
+    tuple or dict attribute, and float tensors that are plain attributes instead of Parameters."""
+    lists, tensors = [], []
+    for prefix, owner in module.named_modules():
+        for attr, value in vars(owner).items():
+            if attr.startswith("_"):  # PyTorch's own bookkeeping (_modules, _parameters ...)
+                continue
+            name = (f"{prefix}." if prefix else "") + attr
+            items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+            if any(isinstance(item, torch.nn.Module) for item in items):
+                lists.append(f"{name} (a Python {type(value).__name__})")
+            elif isinstance(value, torch.Tensor) and value.is_floating_point():
+                tensors.append(f"{name} {tuple(value.shape)}")
+    told = ""
+    if lists:
+        told += (f" {', '.join(lists[:3])} holds modules that PyTorch does not register: their parameters are not "
+                 "the module's (nor moved by .to(), nor trained). Keep them in nn.ModuleList (or nn.ModuleDict).")
+    if tensors:
+        one = len(tensors) == 1
+        told += (f" {', '.join(tensors[:3])} {'is a plain tensor, not a parameter' if one else 'are plain tensors, not parameters'}"
+                 f": the optimizer never sees {'it' if one else 'them'}. Wrap {'it' if one else 'each'}: "
+                 "nn.Parameter(torch.ones(C)).")
+    return told
 
 
 def settled(out, expected: torch.Tensor, diagnosis: dict, dtype_too: bool = False) -> tuple[str, str]:
