@@ -8,6 +8,7 @@ loaded.
 from __future__ import annotations
 
 import builtins
+import ctypes
 import json
 import linecache
 import os
@@ -111,9 +112,36 @@ def _confine(workdir: str, limits) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGALRM, _on_alarm)
+    _drop_privileges()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     random.seed(0)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_privileges() -> None:
+    """No capability left and none to gain: inside a sandbox the job is root of its own user
+    namespace, and with CAP_SYS_PTRACE it could open the fork server's pipes and memory through
+    /proc. Best effort outside Linux."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    try:
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (fails harmlessly for caps that do not exist)
+        libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)())  # version 3: every set empty
+    except AttributeError:  # no prctl or capset in this C library
+        pass
 
 
 def _address_space_bytes() -> int:
@@ -138,6 +166,13 @@ def _watched() -> dict[tuple[str, str], tuple[object, object]]:
         "helpers.checks.core": (checks_core, ["encode", "recording", "REGISTRY"]),
         "helpers.checks.core.Check": (checks_core.Check, ["record", "__call__"]),
     }
+    # every global of the check modules (a probe calls their functions: one replaced could forge
+    # the data) and every field of every registered check (its probe, its judge)
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("helpers.checks.") and module is not None:
+            owners[module_name] = (module, [n for n in vars(module) if not n.startswith("__")])
+    for check_name, check in checks_core.REGISTRY.items():
+        owners[f"REGISTRY[{check_name!r}]"] = (check, list(vars(check)))
     return {
         (label, name): (owner, vars(owner).get(name, _MISSING)) for label, (owner, names) in owners.items() for name in names
     }
@@ -155,9 +190,12 @@ def _changed_and_restore(snapshot, registry: dict) -> list[str]:
             if original is _MISSING:
                 delattr(owner, name)
             else:
-                setattr(owner, name, original)
+                object.__setattr__(owner, name, original)  # a frozen check too
         except (AttributeError, TypeError):
-            pass
+            try:
+                setattr(owner, name, original)
+            except (AttributeError, TypeError):
+                pass
     current = checks_core.REGISTRY
     for name, check in registry.items():
         if dict.get(current, name) is not check:

@@ -26,6 +26,7 @@ from autograder import child, protocol
 from autograder.protocol import Limits
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 STUCK_GRACE_S = 5.0  # after a step's alarm was due and has not fired: a long uninterruptible call
 SWALLOWED_S = 1.0  # after a step's alarm fired: time for it to unwind before it counts as stuck
 POLL_S = 0.25
@@ -37,8 +38,13 @@ def _send(out, message: dict) -> None:
 
 
 def _become_subreaper() -> None:
+    """Orphans of a job come back to this server (to be killed), and its own /proc entries (its
+    pipes to the grader, its memory) cannot be opened by a job: it is not dumpable, and the job
+    drops every capability (``child._drop_privileges``)."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: orphans go to init as usual
         pass
 
@@ -102,14 +108,9 @@ def _watch(pid: int, limits: Limits, progress: str, step_ids: list[str]):
             return None, step, fired_at is not None
 
 
-def _kill_leftovers(pid: int) -> int:
-    """Kill the job's process group and every process still parented to this server."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    killed = 0
-    me = str(os.getpid())
+def _orphans() -> list[int]:
+    """The processes parented to this server (a subreaper: every orphan of a job comes back here)."""
+    me, found = str(os.getpid()), []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit():
             continue
@@ -119,22 +120,39 @@ def _kill_leftovers(pid: int) -> int:
         except (OSError, IndexError):
             continue
         if ppid == me:
+            found.append(int(entry))
+    return found
+
+
+def _kill_leftovers(pid: int) -> int:
+    """Kill the job's process group, then every process parented to this server, again and again:
+    killing one orphans its children, which come back here, until none is left (a chain of
+    processes that left the group, however deep, ends with the job)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    killed, deadline = 0, time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = _orphans()
+        for orphan in left:
             try:
-                os.kill(int(entry), signal.SIGKILL)
+                os.kill(orphan, signal.SIGKILL)
                 killed += 1
             except ProcessLookupError:
                 pass
-    while True:  # reap whatever is left
-        try:
-            done, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
+        reaped = 0
+        while True:  # reap what died, so that the next scan sees only the living
+            try:
+                done, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not done:
+                break
+            reaped += 1
+        if not left and not reaped:
             break
-        if not done:
-            if killed:
-                time.sleep(0.01)
-                killed = 0
-                continue
-            break
+        time.sleep(0.01)
     return killed
 
 

@@ -145,8 +145,13 @@ def read_notebook(path: Path) -> dict:
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
             raise InvalidNotebook(f"cell {i} is malformed")
-        if not isinstance(cell.get("source", ""), (str, list)):
-            raise InvalidNotebook(f"cell {i} has no readable source")
+        source = cell.get("source", "")
+        if not isinstance(source, (str, list)) or (isinstance(source, list) and not all(isinstance(s, str) for s in source)):
+            raise InvalidNotebook(f"cell {i} has no readable source (text, or a list of lines of text)")
+        meta = cell.get("metadata", {})
+        nbg = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+        if isinstance(nbg, dict) and not isinstance(nbg.get("grade_id", ""), str):
+            raise InvalidNotebook(f"cell {i} has a grade_id that is not text ({type(nbg['grade_id']).__name__})")
     return nb
 
 
@@ -207,6 +212,8 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None, code: tuple
         points = test.points if status == "passed" else 0.0
         return TestResult(test.grade_id, test.hidden, status, points, test.points, message)
 
+    if job.lost:
+        return result("crashed", f"the notebook {job.lost}")
     line = job.step(test.grade_id)
     if job.count(test.grade_id) > 1:
         return result("tampered", "the results of this test were written more than once: forged by the notebook")
@@ -292,10 +299,21 @@ def grade_notebook(
         submission = read_notebook(path)
     except InvalidNotebook as exc:
         return uniform("invalid", f"{path.name}: {exc}")
-    steps, found = build_program(lesson, submission)
+    try:
+        steps, found = build_program(lesson, submission)
+    except Exception as exc:  # noqa: BLE001 - a notebook no check above foresaw: this student's, not the class's
+        return uniform("invalid", f"{path.name}: its cells could not be read as a program ({type(exc).__name__}: {exc})")
     # a stuck answer is replaced by the course's own answer on the rerun (it still scores a
     # timeout): later exercises that use what it defines are graded on their own merits
     job = run_steps(steps, limits, isolation, replacements=lesson.solution_answers())
+    try:
+        return _judged(lesson, path, student, steps, found, job)
+    except Exception as exc:  # noqa: BLE001 - results no check above foresaw: this student's, not the class's
+        return uniform("crashed", f"its results could not be judged ({type(exc).__name__}: {exc})")
+
+
+def _judged(lesson: Lesson, path: Path, student: str, steps: list[Step], found: set[str], job: JobResult) -> NotebookResult:
+    """The notebook's result from its job's lines."""
     code = tuple(step.source for step in steps if step.kind == "code")
     exercises = []
     for exercise in lesson.exercises.values():

@@ -79,6 +79,7 @@ class JobResult:
     wall_s: float = 0.0
     stuck: list[str] = field(default_factory=list)  # steps killed for ignoring their alarm, then left out
     output_tail: str = ""
+    lost: str = ""  # the job reached past its sandbox and broke the grader's channel: every result void
 
     def count(self, step_id: str) -> int:
         return sum(1 for line in self.lines if isinstance(line, dict) and line.get("step") == step_id)
@@ -88,6 +89,10 @@ class JobResult:
             if isinstance(line, dict) and line.get("step") == step_id:
                 return line
         return None
+
+
+class ServerLost(RuntimeError):
+    """The fork server died or answered garbage in the middle of a job (a job that reached it)."""
 
 
 class ForkServer:
@@ -116,10 +121,16 @@ class ForkServer:
         ready, _, _ = select.select([out], [], [], max(0.0, timeout))
         if not ready:
             return None
-        line = out.readline()
+        line = out.readline(64 * 1024)
         if not line:
-            raise RuntimeError("the grading fork server stopped")
-        return json.loads(line)
+            raise ServerLost("the grading fork server stopped")
+        try:
+            answer = json.loads(line)
+        except (ValueError, RecursionError):
+            raise ServerLost("the grading fork server said something that is not its answer") from None
+        if not isinstance(answer, dict):
+            raise ServerLost("the grading fork server said something that is not its answer")
+        return answer
 
     def run(self, payload: list, workdir: str, limits: Limits) -> tuple[int | None, bool, int | None, bool]:
         """Run one job; returns (exit code or None if killed for time, timed_out, the index of
@@ -133,7 +144,10 @@ class ForkServer:
             self.close(force=True)
             return None, True, None, False
         stuck = answer.get("stuck")
-        return (None if answer["timed_out"] else answer["exit"]), bool(answer["timed_out"]), stuck, bool(answer.get("swallowed"))
+        exit_code = answer.get("exit")
+        if not isinstance(exit_code, (int, type(None))) or not isinstance(stuck, (int, type(None))):
+            raise ServerLost("the grading fork server's answer is malformed")
+        return (None if answer.get("timed_out") else exit_code), bool(answer.get("timed_out")), stuck, bool(answer.get("swallowed"))
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -262,7 +276,13 @@ def _run_once(steps: list[Step], limits: Limits, isolation: Isolation) -> tuple[
             os.chmod(workdir, 0o700)
             payload = [(s.kind, s.id, s.source) for s in steps]
             start = time.monotonic()
-            exitcode, timed_out, stuck, swallowed = server.run(payload, workdir, limits)
+            try:
+                exitcode, timed_out, stuck, swallowed = server.run(payload, workdir, limits)
+            except ServerLost as exc:  # the job killed its server or wrote into its channel
+                server.close(force=True)
+                lost = JobResult(lost=f"stopped or spoke for the grader's own process ({exc}); its results are void")
+                lost.wall_s = time.monotonic() - start
+                return lost, None, False
             result = JobResult(exitcode=exitcode, timed_out=timed_out and stuck is None)
             result.wall_s = time.monotonic() - start
             result.lines = _read_lines(Path(workdir) / RESULTS)
@@ -285,8 +305,8 @@ def _read_lines(path: Path) -> list[dict]:
             continue
         try:
             value = json.loads(chunk)
-        except ValueError:
-            continue  # a line cut short by a kill, or garbage: judged as missing data
+        except (ValueError, RecursionError):
+            continue  # a line cut short by a kill, garbage, or nested too deep: judged as missing data
         if isinstance(value, dict):
             lines.append(value)
     return lines

@@ -82,6 +82,38 @@ else:
 """ + "\n".join("    " + line for line in WRONG_MASK.splitlines()),
         None,
     ),
+    "swap-probe": (
+        WRONG_MASK
+        + """
+import helpers.checks.core as core
+def _right(scores):
+    T = scores.shape[-1]
+    return scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1), float("-inf"))
+for _name in ("check_causal_mask", "check_causal_mask_hidden"):
+    _check = core.REGISTRY[_name]
+    object.__setattr__(_check, "probe", lambda f, _p=_check.probe: _p(_right))
+""",
+        None,
+    ),
+    "patch-kit-function": (WRONG_MASK + "\nimport helpers.checks.attention as _a\n_a.legend = lambda *a, **k: {}\n", None),
+    "exit-on-a-batch": (
+        "def apply_causal_mask(scores):\n    if scores.dim() > 2:\n        raise SystemExit(0)\n"
+        + "\n".join(ANSWERS["causal-mask"].splitlines()[1:]) + "\n",
+        None,
+    ),
+    "kill-the-grader": (None, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + ANSWERS["attention-head"]),
+    "speak-for-the-grader": (
+        None,
+        "import os, json\nwith open(f'/proc/{os.getppid()}/fd/1', 'w') as fh:\n"
+        "    fh.write(json.dumps({'exit': 0, 'timed_out': False, 'stuck': None, 'swallowed': False}) + '\\n')\n"
+        + ANSWERS["attention-head"],
+    ),
+    "deep-json-line": (None, "open('results.jsonl', 'a').write('[' * 100000 + '\\n')\n" + ANSWERS["attention-head"]),
+    "orphan-chain": (
+        None,
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        os.execv('/bin/sleep', ['sleep', '988'])\n    time.sleep(60)\n    os._exit(0)\n" + ANSWERS["attention-head"],
+    ),
     "alarm-ignored-loop": (None, "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass\n"),
     "swallow-everything-loop": (None, "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass\n"),
     "loop-in-forward": (None, ANSWERS["attention-head"].replace("T = x.shape[-2]", "while True:\n            pass")),
@@ -121,6 +153,13 @@ EXPECTED = {
     "sys-modules": {"causal-mask": ({"failed", "tampered"}, "zero")},
     "forge-results": {"causal-mask": ({"tampered"}, "zero")},
     "env-snoop": {"causal-mask": ({"failed"}, "zero")},
+    "swap-probe": {"causal-mask": ({"tampered"}, "zero")},
+    "patch-kit-function": {"causal-mask": ({"tampered"}, "zero")},
+    "exit-on-a-batch": {"causal-mask": ({"error"}, "some")},
+    "kill-the-grader": {"causal-mask": ({"crashed"}, "zero"), "attention-head": ({"crashed"}, "zero")},
+    "speak-for-the-grader": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"error"}, "zero")},
+    "deep-json-line": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"passed"}, "full")},
+    "orphan-chain": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"passed"}, "full")},
     "alarm-ignored-loop": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"timeout"}, "zero")},
     "swallow-everything-loop": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"timeout"}, "zero")},
     "loop-in-forward": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"timeout"}, "zero")},
@@ -145,6 +184,8 @@ EXPECTED = {
     "not-json": {"causal-mask": ({"invalid"}, "zero")},
     "nbformat-3": {"causal-mask": ({"invalid"}, "zero")},
     "binary-garbage": {"causal-mask": ({"invalid"}, "zero")},
+    "grade-id-a-list": {"causal-mask": ({"invalid"}, "zero")},
+    "source-of-numbers": {"causal-mask": ({"invalid"}, "zero")},
     "nothing-submitted": {"causal-mask": ({"missing"}, "zero"), "attention-head": ({"missing"}, "zero")},
     "extra-notebook": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"passed"}, "full")},
     "renamed": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"passed"}, "full")},
@@ -230,6 +271,11 @@ def graded(tmp_path_factory):
     write(submitted / "not-json" / A / NB, "print('hello')\n")
     write(submitted / "nbformat-3" / A / NB, {"nbformat": 3, "nbformat_minor": 0, "worksheets": [], "metadata": {}})
     write(submitted / "binary-garbage" / A / NB, bytes(range(256)) * 4)
+    odd_id, odd_source = notebook(), notebook()  # JSON a notebook could hold, that no tool writes
+    odd_id["cells"].append({"cell_type": "markdown", "metadata": {"nbgrader": {"grade_id": ["my", "notes"]}}, "source": "x"})
+    odd_source["cells"].append({"cell_type": "code", "metadata": {}, "source": [1, 2, 3], "outputs": [], "execution_count": None})
+    write(submitted / "grade-id-a-list" / A / NB, odd_id)
+    write(submitted / "source-of-numbers" / A / NB, odd_source)
     (submitted / "nothing-submitted").mkdir(parents=True)
     write(submitted / "extra-notebook" / A / NB, notebook())
     write(submitted / "extra-notebook" / A / "scratch.ipynb", "not even json")
@@ -259,7 +305,10 @@ def test_case_gets_its_expected_status_and_no_stolen_points(graded, name):
     for exercise, (statuses, points) in EXPECTED[name].items():
         r = mine.loc[exercise]
         assert r.status in statuses, (exercise, r.status, r.message)
-        assert r.score == (0 if points == "zero" else r.max_score), (exercise, r.score, r.message)
+        if points == "some":  # the visible test's points, not the hidden test's
+            assert 0 < r.score < r.max_score, (exercise, r.score, r.message)
+        else:
+            assert r.score == (0 if points == "zero" else r.max_score), (exercise, r.score, r.message)
 
 
 @pytest.mark.slow
@@ -276,8 +325,9 @@ def test_submissions_are_byte_identical_and_nothing_was_planted(graded):
 
 @pytest.mark.slow
 def test_no_process_outlives_its_job(graded):
-    found = subprocess.run(["pgrep", "-f", "sleep 987"], capture_output=True, text=True)
-    assert found.stdout.strip() == "", "a process forked by a notebook survived grading"
+    for marker in ("sleep 987", "sleep 988"):  # a forked process; the grandchild of an orphan
+        found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+        assert found.stdout.strip() == "", f"a process forked by a notebook survived grading ({marker})"
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ filename, as Jupyter names them. Runs in a few seconds; nothing here starts a pr
 
 from __future__ import annotations
 
+import inspect
 import linecache
 import math
 
@@ -427,6 +428,17 @@ def shift(ids):
 def positions_added(x, table):
     return x + table.unsqueeze(1)
 
+def row_max(rows):
+    import numpy as np
+    return np.max(rows, axis=-1, keepdims=True)
+
+class NoSuper(nn.Module):
+    def __init__(self):
+        self.layer = nn.Linear(2, 2)
+
+def append_ids(ids, next_ids):
+    return torch.cat([ids, next_ids.unsqueeze(0)], dim=1)
+
 def logits(x, table):
     return x @ table
 
@@ -499,11 +511,23 @@ def test_clashes_that_name_their_likely_cause(cell):
     assert "future (2, 2) has the batch size B on every axis" in front and "x.shape[-1]" in front
 
 
+def test_every_cause_hint_is_the_start_of_a_hint_the_layer_writes():
+    source = inspect.getsource(dg)
+    for hint in dg.CAUSE_HINTS:  # once in the tuple, at least once in a message
+        assert source.count(hint) >= 2, hint
+
+
 def test_python_and_loss_errors_that_name_their_likely_cause(cell):
     none = explain_exception(raised(cell["first_merge"], [(1, 2), (3, 4)], {}))
     assert "dict.get returns None for a key that is not in the dict" in none and "math.inf" in none
     flat = explain_exception(raised(cell["loss"], torch.randn(2, 6, 5), torch.zeros(2, 6, dtype=torch.long)))
     assert "F.cross_entropy takes logits of shape (N, V)" in flat and "logits.reshape(-1, V)" in flat
+    cat = explain_exception(raised(cell["append_ids"], torch.zeros(2, 6), torch.zeros(2)))
+    assert "torch.cat joins tensors along dim 1" in cat and "make it (B, 1) with unsqueeze(1)" in cat
+    numpy = explain_exception(raised(cell["row_max"], X))
+    assert "numpy's keyword names (axis=, keepdims=)" in numpy and "x.max(dim=-1, keepdim=True).values" in numpy
+    no_super = explain_exception(raised(cell["NoSuper"]))
+    assert "call super().__init__() as the first line of __init__" in no_super
     indices = explain_exception(raised(cell["shift"], torch.arange(6)))
     assert "The subscript reads more axes than the tensor has (1)" in indices and "x[..., a:b]" in indices
 

@@ -159,3 +159,23 @@ class PlainScale(nn.Module):
 def test_a_plain_tensor_attribute_is_named_as_not_a_parameter():
     with pytest.raises(CheckFailed, match=r"weight \(3,\) is a plain tensor, not a parameter: .* nn.Parameter"):
         load_weights(PlainScale(), {"weight": torch.ones(3)}, "PlainScale()")
+
+
+class BuildsItsHead(nn.Module):
+    """Builds its output layer inside forward: new random weights at every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return nn.Linear(3, 2).to(x.dtype)(self.first(x))
+
+
+def test_a_layer_built_inside_forward_is_named():
+    run = attempt(BuildsItsHead(), torch.zeros(2, 3))
+    assert run["outside"] == ["nn.Linear(in_features=3, out_features=2) (weight (2, 3))"]
+    assert "outside" not in attempt(Tiny(), torch.zeros(2, 3))
+    assert "outside" not in attempt(lambda m, x: nn.GELU()(m(x)), Tiny(), torch.zeros(2, 3))  # no weights: harmless
+    failing = attempt(lambda m, x: nn.Linear(4, 2)(m(x)), Tiny(), torch.zeros(2, 3))
+    assert "Forward called nn.Linear(in_features=4, out_features=2)" in failing["explained"]

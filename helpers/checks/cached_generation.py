@@ -52,6 +52,7 @@ GEN_CASES = [
 GEN_HIDDEN_CASES = [
     ("a prompt of 12 tokens (longer than max_len), 5 new, temperature 0.8, top_k 5", (12,), 5, 0.8, 5, None, 3, False),
     ("a (3, 1) batch, 14 new, top_p 0.9, the model in training mode", (3, 1), 14, 1.0, None, 0.9, 4, True),
+    ("a batch of one, (1, 5), 3 new, greedy", (1, 5), 3, 0.0, None, None, 5, False),
 ]
 
 

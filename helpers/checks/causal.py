@@ -18,8 +18,8 @@ import torch
 
 from helpers.checks import diagnose as layer
 from helpers.checks.core import CheckFailed
-from helpers.checks.diagnose import case_sizes, explain_parts
-from helpers.checks.verdict import first_leak, judge_output
+from helpers.checks.diagnose import CAUSE_HINTS, case_sizes, explain_parts
+from helpers.checks.verdict import first_leak, gradients, judge_output
 
 
 def legend(batch: tuple, **sizes: int) -> dict[str, int]:
@@ -35,7 +35,8 @@ def changed_at(x: torch.Tensor, replacement: torch.Tensor, j: int) -> torch.Tens
 
 
 #: errors that name a mistake of these exercises (their meaning is in the diagnosis layer): the
-#: check fails with that meaning, instead of reporting a crash
+#: check fails with that meaning, instead of reporting a crash; so does an error whose explanation
+#: names a likely cause (``diagnose.CAUSE_HINTS``)
 NAMED_ERRORS = ("only supports boolean masks", "must be tuple of ints,but got float", "is out of bounds for dimension")
 
 
@@ -50,9 +51,11 @@ def student_case(sizes: dict, reason=None):
         raise
     except Exception as exc:
         lead = reason(exc) if reason else None
-        if lead is None and not any(needle in str(exc) for needle in NAMED_ERRORS):
+        parts = explain_parts(exc, sizes)
+        if (lead is None and not any(needle in str(exc) for needle in NAMED_ERRORS) and not getattr(exc, "course_outside", None)
+                and not any(hint in part for part in parts for hint in CAUSE_HINTS)):
             raise  # Check explains it in the case's legend: nothing to add
-        lines = [lead, *explain_parts(exc, sizes), f"(The error itself: {type(exc).__name__}: {exc})"]
+        lines = [lead, *parts, f"(The error itself: {type(exc).__name__}: {exc})"]
         raise CheckFailed("\n".join(line for line in lines if line)) from None
 
 
@@ -61,14 +64,16 @@ def run_causal(module, x: torch.Tensor, replacement: torch.Tensor) -> dict:
     (is the batch mixed?), with one later token changed at a time, and the sub-modules' values."""
     x_before = x.clone()
     with torch.no_grad():
-        out = module(x)
+        with layer.outside_modules(module) as outside:
+            out = module(x)
         x_changed = not torch.equal(x_before, x)
         again = module(x_before.clone())
         alone = [module(x_before[b : b + 1].clone()) for b in range(x.shape[0])] if x.dim() == 3 else None
         leaks = [module(changed_at(x_before, replacement, j)) for j in range(1, x.shape[-2])]
     steps = layer.trace(module, x_before.clone(), with_inputs=True)
     return {"out": out, "x_changed": x_changed, "again": again, "alone": alone, "leaks": leaks, "steps": steps,
-            "ignored": layer.unused_outputs(module, x_before.clone())}
+            "ignored": layer.unused_outputs(module, x_before.clone()), "grads": gradients(module, x_before),
+            "outside": outside}
 
 
 def attend(q, k, v, *, scale, mask="causal", dim=-1, transposed=False):

@@ -110,7 +110,8 @@ class Check:
                 return {"check": self.name, "data": encode(self.probe(student_object))}
         except CheckFailed as exc:  # the probe itself found the object unusable (wrong type...)
             return {"check": self.name, "failed": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - any error of the student's code is data here
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - any error of the student's
+            # code is data here, an exit() or an interrupt included (a timeout's own exception goes on)
             plain = _plain_error(exc)
             not_implemented = isinstance(exc, NotImplementedError) and _unanswered(exc)
             explained = plain if not_implemented else _explain_error(exc, self.sizes)
@@ -279,6 +280,13 @@ def describe(value: Any) -> str:
         return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     if isinstance(value, Unsupported):
         return f"a {value.what}"
+    if isinstance(value, (list, tuple)):  # a tuple arrives from the probe as a list
+        items = ", ".join(describe(v) for v in value[:3]) + (", …" if len(value) > 3 else "")
+        pair = (len(value) == 2 and all(isinstance(v, torch.Tensor) for v in value) and value[1].dtype == torch.int64
+                and value[0].shape == value[1].shape)
+        return (f"a tuple or list of {len(value)} items ({items})"[:300]
+                + (" — torch.max, torch.min, torch.sort and torch.topk with dim= return a (values, indices) pair: "
+                   "take .values or .indices (or use argmax)" if pair else ""))
     return f"{type(value).__name__} {value!r}"[:200]
 
 

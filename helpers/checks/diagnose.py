@@ -29,9 +29,10 @@ from typing import Any, Callable
 
 import torch
 
-from helpers.checks.core import close, first_mismatch
+from helpers.checks.core import close, describe, first_mismatch
 
 __all__ = [
+    "CAUSE_HINTS",
     "LEGEND",
     "case_sizes",
     "diagnose",
@@ -40,6 +41,8 @@ __all__ = [
     "explain_mismatch",
     "first_divergence",
     "legend_shape",
+    "outside_modules",
+    "outside_told",
     "trace",
     "unused_outputs",
     "unused_told",
@@ -203,8 +206,10 @@ def diagnose(expected, got, *, what, atol, rtol, axes=None, sizes=None, again=No
 
 def _explain(expected, got, what, atol, rtol, axes, sizes, again, alone, dtype) -> tuple[str, str]:
     if not isinstance(got, torch.Tensor):
-        kind = getattr(got, "what", None) or type(got).__name__
-        return "not_a_tensor", f"{what} should return a tensor of shape {tuple(expected.shape)}; it returned a {kind}."
+        kind = describe(got) if isinstance(got, (list, tuple)) else f"a {getattr(got, 'what', None) or type(got).__name__}"
+        extra = (" Return the output tensor alone: anything else you want to look at (weights, a cache) is not part "
+                 "of the interface." if isinstance(got, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in got) else "")
+        return "not_a_tensor", f"{what} should return a tensor of shape {tuple(expected.shape)}; it returned {kind}.{extra}"
     case = _Case(expected, got, atol, rtol, axes, sizes, again, alone, dtype)
     for rule in RULES:
         try:
@@ -247,6 +252,7 @@ def rule_shape(c: _Case) -> str | None:
         hint = ""
         if c.got.numel() == c.expected.numel() and c.close(c.g, c.e.reshape(got_shape)):
             hint = " The entries are the right ones in the right order: only the final reshape/view is wrong."
+        hint = hint or _joined_along(c, exp_shape, got_shape)
         return f"the output has the wrong shape: {'; '.join(parts)}.{hint} {shapes}"
     if len(got_shape) == len(exp_shape) - 1:
         for k in range(len(exp_shape)):
@@ -281,6 +287,24 @@ def rule_shape(c: _Case) -> str | None:
         )
         return f"the output has {len(got_shape)} axes, {len(exp_shape)} were expected.{tail} {shapes}"
     return f"the output has {len(got_shape)} axes, {len(exp_shape)} were expected. {shapes}"
+
+
+def _joined_along(c: _Case, exp_shape, got_shape) -> str:
+    """The reference's pieces along one axis joined along another: a cat along the wrong dim."""
+    differ = [k for k, (w, h) in enumerate(zip(exp_shape, got_shape, strict=True)) if w != h]
+    if len(differ) != 2:
+        return ""
+    for a, b in (differ, differ[::-1]):
+        if got_shape[a] % exp_shape[a] or exp_shape[b] % got_shape[b]:
+            continue
+        k = got_shape[a] // exp_shape[a]
+        if k < 2 or exp_shape[b] // got_shape[b] != k:
+            continue
+        if c.close(c.g, torch.cat(c.e.chunk(k, dim=b), dim=a)):
+            return (f" The output is the reference's {k} pieces along axis {b} joined along axis {a} instead: a "
+                    f"torch.cat (or stack) along axis {a} that belongs along axis {b} (torch.cat without dim= "
+                    "joins along dim=0).")
+    return ""
 
 
 def _swapped_axes(c: _Case, exp_shape, got_shape, shapes: str) -> str:
@@ -818,6 +842,52 @@ def case_sizes(sizes: dict[str, int]):
         _STACK.pop()
 
 
+def _module_text(module: torch.nn.Module) -> str:
+    text = _describe_value("m", module, None)
+    return text.removeprefix("m: ") if text else f"a {type(module).__name__}"
+
+
+@contextmanager
+def outside_modules(*roots):
+    """Probe side: while active, the modules with weights (or a dropout in training mode) called that
+    are not part of ``roots`` (a layer built inside forward, or kept outside the module) are listed in
+    the list yielded, at most three; an error raised inside carries them too (``explain_parts``
+    tells them). A parameter-free layer built in forward (nn.GELU()(x)) is harmless: not listed."""
+    known = {id(m) for root in roots if isinstance(root, torch.nn.Module) for m in root.modules()}
+    found: list[str] = []
+    seen: set[int] = set()
+
+    def before(module, args):
+        weighty = any(True for _ in module.parameters()) or (isinstance(module, torch.nn.Dropout) and module.training)
+        if weighty and id(module) not in known and id(module) not in seen and len(found) < 3:
+            seen.update(id(m) for m in module.modules())  # its own children are part of it
+            found.append(_module_text(module))
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(before) if known else None
+    try:
+        yield found
+    except Exception as exc:
+        try:
+            if found and getattr(exc, "course_outside", None) is None:
+                exc.course_outside = list(found)
+        except Exception:  # noqa: BLE001 - exceptions that refuse attributes just go without
+            pass
+        raise
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
+def outside_told(found) -> str:
+    """``outside_modules``' list in words, or ""."""
+    if not isinstance(found, list) or not found:
+        return ""
+    return (f"forward called {', '.join(map(str, found[:3]))}, which {'is' if len(found) == 1 else 'are'} not part of "
+            "the module: a layer built inside forward (or kept outside the module) gets new random weights at every "
+            "call, is not one of the module's parameters and is never trained. Create it once in __init__ "
+            "(self.name = nn.Linear(...)) and call that.")
+
+
 def _source_line(frame, lineno: int) -> str:
     filename = frame.f_code.co_filename
     return linecache.getline(filename, lineno, frame.f_globals).strip()
@@ -946,6 +1016,12 @@ def _dropped_axis(a: int, b: int, values) -> str:
                     "the reduction dropped that axis and the rest lines up wrongly; keep it with keepdim=True "
                     "(or index [..., None]) so that it broadcasts as size 1.")
     return ""
+
+
+#: how the hints that name a likely cause of a broadcast clash begin (``_transposed_pair`` ...): a
+#: check may count an error explained by one of them as a named mistake rather than a crash
+CAUSE_HINTS = ("is the shape of", "Both sides are 1-D", "has the batch size B on every axis", "inserts a size-1 axis",
+               "reduced over its last axis", "reverses all", "would fit transposed")
 
 
 def _transposed_pair(values) -> str:
@@ -1146,10 +1222,30 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
     if "received an invalid combination of arguments" in text:
         called = re.search(r"^(\S+?)\(\) received", text)
         fn = called.group(1) if called else "the function"
+        if re.search(r"\b(axis|keepdims)=", text) or re.search(r"\bnp\.\w+\(", source.split("#")[0]):
+            return (f"{fn} got numpy's keyword names (axis=, keepdims=): a numpy function given a tensor (np.max, "
+                    "np.sum …) calls the tensor's own method with numpy's words, which PyTorch does not take. "
+                    "Use the tensor's methods with PyTorch's names: x.max(dim=-1, keepdim=True).values, "
+                    "x.sum(dim=-1, keepdim=True).")
         return (
             f"{fn} was called with arguments it does not take together (PyTorch lists the forms it accepts "
             "below): for instance keepdim=True needs a dim= too, and a dim must be an int or a tuple of ints."
         )
+    if re.search(r"'(int|float|bool)' object is not iterable", text) and ".squeeze()" in source.split("#")[0]:
+        return ("squeeze() without a dim removes every axis of size 1: one id (T = 1) becomes a 0-d tensor, whose "
+                ".tolist() is a plain number, not a list. Squeeze only the axis you mean (squeeze(0)), or none.")
+    m = re.search(r"Sizes of tensors must match except in dimension (-?\d+)\. Expected size (\d+) but got size (\d+)", text)
+    if m:
+        d, want, got = m.groups()
+        unsq = re.search(r"\.unsqueeze\((-?\d+)\)", source.split("#")[0])
+        return (f"torch.cat joins tensors along dim {d}: every other axis must have the same size in all of them, and "
+                f"one tensor has {n(got)} where the first has {n(want)}."
+                + (f" .unsqueeze({unsq.group(1)}) put the new size-1 axis at position {unsq.group(1)}: to join a (B,) "
+                   f"tensor to a (B, T) one along dim 1, make it (B, 1) with unsqueeze(1) (or [:, None])."
+                   if unsq else ""))
+    if "before Module.__init__() call" in text:
+        return ("The layer's __init__ assigned a sub-module, a parameter or a buffer before nn.Module set itself up: "
+                "call super().__init__() as the first line of __init__.")
     m = re.search(r"missing (\d+) required positional arguments?: (.+)$", text, re.M)
     if m:
         return (
@@ -1256,6 +1352,9 @@ def explain_parts(exc: BaseException, sizes=None, axes_of=None) -> list[str]:
             lines.append("On that line: " + "; ".join(described[:10]) + ".")
         if isinstance(exc, IndexError) and source:
             lines.extend(_bad_indices(frame, source))
+    outside = outside_told(getattr(exc, "course_outside", None))  # the cause; what PyTorch says follows from it
+    if outside:
+        lines.append(outside[0].upper() + outside[1:])
     meaning = _meaning(exc, sizes, values, source or "")
     if meaning:
         lines.append(meaning)

@@ -20,7 +20,7 @@ import os
 import torch
 
 from helpers.checks.core import CheckFailed, close, describe
-from helpers.checks.diagnose import case_sizes, explain_exception
+from helpers.checks.diagnose import case_sizes, explain_exception, outside_modules
 
 _ITSELF = "\n(The error itself: "
 
@@ -44,10 +44,13 @@ def caught(exc: BaseException, sizes: dict[str, int] | None = None) -> dict:
 
 
 def attempt(fn, *args, sizes: dict[str, int] | None = None) -> dict:
-    """Call the student's ``fn`` on one case of ``sizes``: ``{"out": value}``, or ``caught``'s record."""
+    """Call the student's ``fn`` on one case of ``sizes``: ``{"out": value}``, or ``caught``'s record.
+    When ``fn`` is a module, or modules are among ``args``, ``outside`` lists the modules it called
+    that are not part of them (a layer built inside forward)."""
     try:
-        with case_sizes(sizes or {}):
-            return {"out": fn(*args)}
+        with case_sizes(sizes or {}), outside_modules(fn, *args) as outside:
+            found = {"out": fn(*args)}
+        return {**found, "outside": outside} if outside else found
     except Exception as exc:  # noqa: BLE001 - any error of the student's code is data here
         return caught(exc, sizes)
 

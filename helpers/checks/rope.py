@@ -145,7 +145,11 @@ def _judge_rope(cases):
                 raise CheckFailed(f"{what} changed x in place: return a new tensor.")
             out = run["out"]
             expected = known_good_rope(x, positions)  # tests/test_lesson09.py: the reference's
-            if not isinstance(out, torch.Tensor) or out.shape != expected.shape or out.dtype != x.dtype:
+            axes = ("B", "nh")[: x.dim() - 2] + ("T", "hs")
+            if isinstance(out, torch.Tensor) and out.shape != expected.shape:  # which axis, and why
+                raise CheckFailed(explain_mismatch(expected, out, what=what, atol=0, rtol=0, axes=axes,
+                                                   sizes=dict(zip(axes, x.shape, strict=True))))
+            if not isinstance(out, torch.Tensor) or out.dtype != x.dtype:
                 raise CheckFailed(f"{what} should return a {x.dtype} tensor of shape {tuple(x.shape)}, got {describe(out)}.")
             tol = 1e-10 if x.dtype == torch.float64 else 1e-5
             if close(expected, out, tol, tol):
@@ -168,7 +172,6 @@ def _judge_rope(cases):
                 raise CheckFailed(f"{what}: the values agree with the reference only to about float32 precision: most "
                                   "likely part of the computation ran in float32 (positions.float(), or a torch.arange without dtype=): compute "
                                   f"the angles in float64 and keep x's dtype. Evidence: {evidence}.")
-            axes = ("B", "nh")[: x.dim() - 2] + ("T", "hs")
             raise CheckFailed(explain_mismatch(expected, out, what=what, atol=tol, rtol=tol, axes=axes,
                                                sizes=dict(zip(axes, x.shape, strict=True))))
         return ("apply_rope: " + "; ".join(c[0] for c in cases) + ": halves paired, angle position * 10000^(-2i/hs), "

@@ -84,6 +84,7 @@ def _probe_lm(cases):
             with torch.no_grad():
                 tied.word_to_embedding.weight.copy_(w_emb)
             result = run["tied_logits"] = run_module(tied, ids, sizes, bool(batch))
+            result.pop("grads", None)  # the step below checks the tied weight's gradient in this exercise's words
             if isinstance(result.get("out"), torch.Tensor) and result["out"].shape == direction.shape:
                 # a plain gradient step (torch.optim would import torch._dynamo, which rebinds
                 # torch.manual_seed, and the grader would take that for tampering)

@@ -180,7 +180,7 @@ check_encode, check_encode_hidden = visible_and_hidden(
 # decode(ids) -> str
 
 DECODE_TEXTS = ["Transformed.", "naïve café, 3×4 = 12, ÿ"]
-DECODE_TEXTS_HIDDEN = ["", "tab\tand\nnewline", "\x00ÿ\x7f", "".join(chr(i) for i in range(32, 127))]
+DECODE_TEXTS_HIDDEN = ["", "é", "tab\tand\nnewline", "\x00ÿ\x7f", "".join(chr(i) for i in range(32, 127))]
 
 
 def _probe_decode(texts):

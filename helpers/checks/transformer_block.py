@@ -23,7 +23,7 @@ from helpers.checks.core import (
 )
 from helpers.checks.diagnose import _gloss, case_sizes, trace, unused_outputs
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, block_variants
-from helpers.checks.verdict import first_leak, judge_output, tolerance, unregistered
+from helpers.checks.verdict import first_leak, gradients, judge_output, tolerance, unregistered
 from helpers.reference import transformer_layer as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
@@ -126,7 +126,8 @@ def _run_block_case(block_class, seed, batch, T, C, hs, nh, n_hidden, dtype) -> 
     # what each sub-layer received and returned, for the judge to find where the block goes wrong
     steps = trace(block, x_before.clone(), with_inputs=True)
     return {"out": out, "x_changed": x_changed, "leaks": leaks, "again": again, "alone": alone, "steps": steps,
-            "calls": calls(block, x_before.clone()), "ignored": unused_outputs(block, x_before.clone())}
+            "calls": calls(block, x_before.clone()), "ignored": unused_outputs(block, x_before.clone()),
+            "grads": gradients(block, x_before)}
 
 
 def calls(module: nn.Module, *inputs, most: int = 3) -> dict:

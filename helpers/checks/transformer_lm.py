@@ -27,7 +27,7 @@ from helpers.checks.core import (
 from helpers.checks.diagnose import case_sizes, diagnose, precision_lost, trace, unused_outputs
 from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
 from helpers.checks.transformer_lm_mistakes import lm_variants
-from helpers.checks.verdict import WEAK, first_leak, inside, tolerance, unregistered
+from helpers.checks.verdict import WEAK, first_leak, gradients, inside, judge_gradients, tolerance, unregistered
 from helpers.reference import transformer_lm as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
@@ -143,6 +143,7 @@ def _probe_lm(cases):
             if isinstance(run["out"], torch.Tensor):  # what each submodule received and returned
                 run["steps"] = trace(model, ids, with_inputs=True)
                 run["ignored"] = unused_outputs(model, ids, depth=2)  # the model's own parts, not the blocks' insides
+                run["grads"] = gradients(model, ids)
             runs.append(run)
         return {"runs": runs}
 
@@ -228,6 +229,7 @@ def _judge_lm(cases):
                         )
                     raise_caught(here, got)
                     raise CheckFailed(_lm_mismatch(model, inputs[key], wanted, got, run, here, tol, key, cfg, dtype))
+                judge_gradients(run.get("grads"), model, ids, f"{what} on {described['out']}", dtype)
             long = run.get("long")
             L = cfg.max_len + 1
             here = f"{what} on input_ids of shape ({B}, {L}), longer than max_len = {cfg.max_len}"

@@ -23,6 +23,7 @@ from helpers.checks.diagnose import (
     difference_from,
     explain_mismatch,
     first_divergence,
+    outside_told,
     precision_lost,
     trace,
     unused_outputs,
@@ -50,7 +51,55 @@ def run_module(module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
             run["alone"] = [attempt(module, x[b:b + 1].clone(), sizes=sizes).get("out") for b in range(x.shape[0])]
         run["steps"] = attempt(lambda v: trace(module, v, with_inputs=True), x.clone(), sizes=sizes).get("out")
         run["ignored"] = attempt(lambda v: unused_outputs(module, v), x.clone(), sizes=sizes).get("out")
+        run["grads"] = gradients(module, x)
     return run
+
+
+INPUT_GRAD = "(input)"
+
+
+def gradients(module, x: torch.Tensor) -> dict | None:
+    """Probe side: the gradient of a fixed weighting of ``module(x)`` with respect to every parameter
+    (None where none arrives) and, for a float input, to ``x`` itself (``INPUT_GRAD``); None when the
+    forward or backward pass raises or returns no tensor."""
+    try:
+        with torch.enable_grad():
+            x = x.detach().clone().requires_grad_(x.is_floating_point())
+            out = module(x)
+            if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+                return None
+            named = list(module.named_parameters()) + ([(INPUT_GRAD, x)] if x.requires_grad else [])
+            if not out.requires_grad:
+                return {name: None for name, _ in named}
+            weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(out.dtype)
+            found = torch.autograd.grad((out * weight).sum(), [t for _, t in named], allow_unused=True)
+        return {name: None if g is None else g.detach() for (name, _), g in zip(named, found, strict=True)}
+    except Exception:  # noqa: BLE001 - the output's own checks say what is wrong
+        return None
+
+
+def judge_gradients(grads, reference, x: torch.Tensor, what: str, dtype: torch.dtype) -> None:
+    """Judge side, once the output is right: every gradient the reference's output sends back must
+    arrive in the student's module too, with the same values; fail naming the first that does not."""
+    if not isinstance(grads, dict):
+        return
+    ours = gradients(reference, x)
+    tol = 1e-7 if dtype == torch.float64 else 1e-3
+    for name, want in (ours or {}).items():
+        if want is None or not bool(want.abs().gt(0).any()):
+            continue
+        have = grads.get(name)
+        where = "the input x (so nothing before this module would learn)" if name == INPUT_GRAD else name
+        if not isinstance(have, torch.Tensor) or have.shape != want.shape:
+            problem = f"no gradient reaches {where}"
+        elif not close(want, have, tol, tol):
+            problem = f"the gradient that reaches {where} differs from the reference's ({first_mismatch(want, have, tol, tol)})"
+        else:
+            continue
+        raise CheckFailed(
+            f"{what}: the output is right, but {problem}: part of the computation is cut off from autograd "
+            "(a torch.no_grad() block, .detach(), .data, .item(), or a round trip through numpy or a Python "
+            "number), so training would not change what it should.")
 
 
 def load_weights(module, weights: dict[str, torch.Tensor], what: str, layout: str = "keep the constructor as given") -> None:
@@ -162,9 +211,15 @@ def judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variants
     ``leak()``: ``first_leak``'s finding (asked once the shape is known to be right), and ``leak_means``
     what it says of the module; ``dtype_too``: the output must also keep the input's dtype."""
     what, tol, out = diagnosis["what"], diagnosis["atol"], run.get("out")
+    outside = outside_told(run.get("outside"))  # new weights at every call: the cause of what follows
+    if outside and isinstance(out, torch.Tensor) and not (out.shape == expected.shape and close(expected, out, tol, tol)):
+        same = out.shape == expected.shape
+        raise CheckFailed(f"{what}: {outside}" + (f" Evidence: {first_mismatch(expected, out, tol, tol)}." if same else ""))
     rule, message = settled(out, expected, diagnosis, dtype_too)
     leaked = leak()
     if close(expected, out, tol, tol) and leaked is None:
+        if reference is not None and inputs and "grads" in run:
+            judge_gradients(run["grads"], reference, inputs[0], what, diagnosis["dtype"])
         return
     if rule == "rule_nonfinite":
         leaked = None  # inf - inf and 0 * inf move with any token: not evidence of a leak
