@@ -56,11 +56,17 @@ class Limits:
         return dict(self.steps).get(step_id, self.cell_s)
 
 
+#: the kind of a step that runs the course's own answer in place of a stuck one: the child runs it
+#: like code, then forgets its source (the notebook's later cells must not read it)
+COURSE = "course"
+
+
 @dataclass(frozen=True)
 class Step:
-    """One thing for the child to run: a code cell of the student's, or a course test cell."""
+    """One thing for the child to run: a code cell of the student's, a course test cell, or the
+    course's answer in place of a stuck one."""
 
-    kind: str  # "code" or "test"
+    kind: str  # "code", "test" or COURSE
     id: str  # the cell's nbgrader grade_id, or "cell-<n>" for cells without one
     source: str
 

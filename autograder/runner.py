@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder.protocol import MAX_RESULTS_BYTES, OUTPUT, RESULTS, Limits, Step
+from autograder.protocol import COURSE, MAX_RESULTS_BYTES, OUTPUT, RESULTS, Limits, Step
 from autograder.sandbox import JOB_BASE, Isolation, env_for_server
 
 MAX_STUCK = 3  # steps that swallow their alarm, each removed and the notebook run again
@@ -254,11 +254,14 @@ def run_steps(
         if went_on:
             swallowed.add(step.id)
         if step.kind == "code" and step.id in replacements:
-            left = left[:index] + [Step(step.kind, step.id, replacements[step.id])] + left[index + 1:]
+            left = left[:index] + [Step(COURSE, step.id, replacements[step.id])] + left[index + 1:]
         else:
             left = left[:index] + left[index + 1:]
     result.wall_s = spent
     result.stuck = stuck
+    if any(step.kind == COURSE for step in left):  # what the notebook printed could show the course's answer
+        result.output_tail = ("(not shown: a stuck answer was replaced by the course's own to grade the rest, and "
+                              "what the notebook printed after it could show that answer)")
     kinds = {s.id: s.kind for s in steps}
     # what the parent itself saw: the step ran past its alarm and was killed
     result.lines = [

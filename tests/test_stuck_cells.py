@@ -56,6 +56,31 @@ def test_a_stuck_step_with_a_replacement_runs_as_the_replacement():
     assert job.step("b")["status"] == "ok", job.lines  # what came after could use its definitions
 
 
+SNOOP = """
+import gc, linecache, sys
+needle = "SECRET" + "_ANSWER = 41"  # built here: this cell's own text does not contain it
+seen = [text for text in (''.join(v[2]) for v in list(linecache.cache.values()) if len(v) > 2) if needle in text]
+for obj in gc.get_objects():
+    if isinstance(obj, (list, tuple)) and any(isinstance(i, (list, tuple)) and len(i) == 3 and needle in str(i[2]) for i in obj[:50]):
+        seen.append("payload")
+frame = sys._getframe()
+while frame is not None:
+    if any(isinstance(v, (bytes, str)) and needle.encode() in (v if isinstance(v, bytes) else v.encode())
+           for k, v in frame.f_locals.items() if k != "needle"):
+        seen.append("frame")
+    frame = frame.f_back
+print("SEEN" if seen else "NOTHING", seen[:3])
+assert not seen, seen
+"""
+
+
+def test_a_replacement_is_gone_before_the_next_cell_and_the_output_is_not_shown():
+    steps = [Step("code", "a", SWALLOW), Step("code", "snoop", SNOOP)]
+    job = run_steps(steps, LIMITS, replacements={"a": "SECRET_ANSWER = 41"})
+    assert job.step("snoop")["status"] == "ok", job.step("snoop")  # the course's answer could not be read
+    assert "SECRET" not in job.output_tail and "not shown" in job.output_tail
+
+
 def test_a_step_that_swallows_its_alarm_is_killed_within_seconds_of_it():
     job = run_steps([Step("code", "loop", SWALLOW)], LIMITS)
     line = job.step("loop")
