@@ -109,7 +109,11 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
     installed = Path(__file__).resolve().parents[1]
     checkouts = {root} | ({installed} if (installed / "solutions").is_dir() else set())
     args: list[str] = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    hide = {Path("/tmp"), Path.home().resolve(), *checkouts, *[p.resolve() for p in private]}
+    # where other people's files live: homes, nbgrader's exchange (/srv/nbgrader/exchange by
+    # default, with every student's submission), mounted disks; the course's own packages, Python
+    # and the data are put back below when they live there
+    shared = {Path(p) for p in ("/home", "/srv", "/mnt", "/media") if Path(p).is_dir()}
+    hide = {Path("/tmp"), Path.home().resolve(), *shared, *checkouts, *[p.resolve() for p in private]}
     for folder in sorted(hide, key=lambda p: len(p.parts)):
         if folder.exists():
             args += ["--tmpfs", str(folder)]

@@ -323,3 +323,20 @@ def test_every_lesson_check_module_is_at_most_350_lines():
     too_long = {path.name: n for path in sorted((ROOT / "helpers" / "checks").glob("*.py"))
                 if path.name not in kit and (n := len(path.read_text(encoding="utf-8").splitlines())) > 350}
     assert not too_long, f"split these into modules per exercise: {too_long}"
+
+
+# --- the sandbox's view of the machine ------------------------------------------------------
+
+
+def test_the_sandbox_hides_homes_exchanges_and_mounts_and_puts_python_back(tmp_path):
+    from autograder.sandbox import isolation
+
+    args = list(isolation("bwrap", ROOT, tmp_path, [], []).prefix)
+    hidden = {args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"}
+    for folder in ("/home", "/srv", "/mnt", "/media", "/tmp"):
+        if Path(folder).is_dir():
+            assert folder in hidden, folder
+    assert str(ROOT.resolve()) in hidden  # the course's solutions and catalogues
+    put_back = {args[i + 1] for i, a in enumerate(args) if a == "--ro-bind"}
+    assert str(Path(sys.prefix).resolve()) in put_back or not any(
+        Path(sys.prefix).resolve().is_relative_to(h) for h in map(Path, hidden))
