@@ -16,6 +16,7 @@ makes the same JSON round trip in both modes, so the student sees exactly the gr
 
 from __future__ import annotations
 
+import contextlib
 import math
 import traceback
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = [
     "Check",
@@ -161,9 +163,12 @@ def visible_and_hidden(name: str, probe, judge, cases, hidden_cases) -> tuple["C
 
 
 @contextmanager
-def calls_to(*targets: tuple[Any, str, str]):
+def calls_to(*targets: tuple[Any, str, str], kernels: tuple[str, ...] = ()):
     """While active, each ``(owner, attribute, label)`` still works but writes its label into the
-    list yielded: for exercises that ask for the arithmetic, calling the library is the mistake."""
+    list yielded: for exercises that ask for the arithmetic, calling the library is the mistake.
+    ``kernels``: PyTorch operators (``"gelu"``, ``"native_layer_norm"``) watched where every call
+    ends, whatever name reached them (an alias bound earlier, ``torch._C``): said only when no
+    watched name was."""
     used: list[str] = []
     originals = [getattr(owner, attr) for owner, attr, _ in targets]
 
@@ -173,13 +178,31 @@ def calls_to(*targets: tuple[Any, str, str]):
             return function(*args, **kwargs)
         return called
 
+    reached = _KernelWatch(set(kernels)) if kernels else contextlib.nullcontext()
     try:
         for (owner, attr, label), function in zip(targets, originals, strict=True):
             setattr(owner, attr, spy(function, label))
-        yield used
+        with reached:
+            yield used
     finally:
         for (owner, attr, _), function in zip(targets, originals, strict=True):
             setattr(owner, attr, function)
+        if kernels and not used:
+            used.extend(f"PyTorch's own {name} (aten::{name}, under another name)" for name in sorted(reached.seen))
+
+
+class _KernelWatch(TorchDispatchMode):
+    """Which of ``names`` (ATen operators) ran while active."""
+
+    def __init__(self, names: set[str]):
+        super().__init__()
+        self.names, self.seen = names, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.names:
+            self.seen.add(name)
+        return func(*args, **(kwargs or {}))
 
 
 class recording:

@@ -95,7 +95,7 @@ def _ln_sizes(shape: tuple) -> dict[str, int]:
 def _library_norms_watched():
     """PyTorch's own layer norms, watched: the exercise asks for the arithmetic."""
     return calls_to((F, "layer_norm", "F.layer_norm"), (torch, "layer_norm", "torch.layer_norm"),
-                    (nn.LayerNorm, "forward", "nn.LayerNorm"))
+                    (nn.LayerNorm, "forward", "nn.LayerNorm"), kernels=("native_layer_norm", "layer_norm"))
 
 
 def _run_layer_norm_case(ln_class, seed, shape, eps, dtype) -> dict:
