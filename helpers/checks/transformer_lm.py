@@ -27,7 +27,15 @@ from helpers.checks.core import (
 from helpers.checks.diagnose import case_sizes, diagnose, precision_lost, trace, unused_outputs
 from helpers.checks.errors import caught, outcome, raise_caught, same_behaviour
 from helpers.checks.transformer_lm_mistakes import lm_variants
-from helpers.checks.verdict import WEAK, first_leak, gradients, inside, judge_gradients, tolerance, unregistered
+from helpers.checks.verdict import (
+    WEAK,
+    first_leak,
+    gradients,
+    inside,
+    judge_gradients,
+    tolerance,
+    unregistered,
+)
 from helpers.reference import transformer_lm as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
