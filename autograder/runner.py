@@ -33,13 +33,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from autograder.protocol import COURSE, MAX_RESULTS_BYTES, OUTPUT, RESULTS, Limits, Step
 from autograder.sandbox import JOB_BASE, Isolation, env_for_server
 
 MAX_STUCK = 3  # steps that swallow their alarm, each removed and the notebook run again
+MIN_RERUN_S = 5.0  # a rerun after a stuck step needs at least this much of the notebook's wall-clock limit
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,8 @@ def run_steps(
     result reports that step as a timeout (at most ``MAX_STUCK`` such steps). A stuck code step
     whose id is in ``replacements`` runs again as that source instead (the course's own answer:
     later exercises that use what it defines can still run); it is reported as a timeout all the
-    same."""
+    same. The notebook's wall-clock limit holds for all its runs together: a rerun gets only what is
+    left of it, and none when less than ``MIN_RERUN_S`` is."""
     limits = limits or Limits()
     replacements = replacements or {}
     stuck: list[str] = []
@@ -242,9 +244,15 @@ def run_steps(
     spent = 0.0
     left = list(steps)
     while True:
-        result, index, went_on = _run_once(left, limits, isolation or default_isolation())
+        # the notebook's wall-clock limit holds for all its runs together: a rerun gets what is left
+        budget = limits if not stuck else replace(limits, wall_s=max(MIN_RERUN_S, limits.wall_s - spent))
+        result, index, went_on = _run_once(left, budget, isolation or default_isolation())
         spent += result.wall_s
         if index is None or not isinstance(index, int) or not 0 <= index < len(left) or len(stuck) >= MAX_STUCK:
+            break
+        if limits.wall_s - spent < MIN_RERUN_S:  # no time left for a rerun: what did not run timed out
+            stuck.append(left[index].id)
+            result.timed_out = True
             break
         step = left[index]
         if step.id in stuck:  # the replacement itself got stuck: leave it out this time

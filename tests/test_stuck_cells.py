@@ -81,6 +81,17 @@ def test_a_replacement_is_gone_before_the_next_cell_and_the_output_is_not_shown(
     assert "SECRET" not in job.output_tail and "not shown" in job.output_tail
 
 
+def test_reruns_share_the_notebooks_wall_clock_limit():
+    slow = [Step("code", f"slow-{i}", "import time\ntime.sleep(2.5)") for i in range(3)]
+    steps = [*slow, Step("code", "stuck-1", SWALLOW), *slow, Step("code", "stuck-2", SWALLOW), Step("code", "b", "y = 1")]
+    limits = Limits(wall_s=15, cell_s=3)
+    start = time.monotonic()
+    job = run_steps(steps, limits)
+    elapsed = time.monotonic() - start
+    assert elapsed < 25, f"{elapsed:.0f} s: every rerun got the whole wall-clock limit again"
+    assert job.step("b") is None and job.timed_out  # what the time did not reach timed out
+
+
 def test_a_step_that_swallows_its_alarm_is_killed_within_seconds_of_it():
     job = run_steps([Step("code", "loop", SWALLOW)], LIMITS)
     line = job.step("loop")
