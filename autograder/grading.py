@@ -332,10 +332,17 @@ def _judged(lesson: Lesson, path: Path, student: str, steps: list[Step], found: 
         exercises.append(
             ExerciseResult(exercise.grade_id, status, sum(t.points for t in tests), exercise.max_score, tests, notes)
         )
-    note = ""
+    notes = []
     if path.name != lesson.filename:
-        note = f"graded {path.name} (expected the name {lesson.filename})"
-    return NotebookResult(student, lesson.assignment, lesson.filename, exercises, job.wall_s, job.output_tail, note)
+        notes.append(f"graded {path.name} (expected the name {lesson.filename})")
+    ours = set(lesson.exercises) | {t.grade_id for t in lesson.tests()}
+    extra = [step for step in job.stuck if step not in ours]  # a cell of the student's own, no exercise's
+    if extra:
+        notes.append(f"{', '.join(extra)} ran past {'its' if len(extra) == 1 else 'their'} alarm and "
+                     f"{'was' if len(extra) == 1 else 'were'} killed; the notebook was graded without "
+                     f"{'it' if len(extra) == 1 else 'them'}")
+    return NotebookResult(student, lesson.assignment, lesson.filename, exercises, job.wall_s, job.output_tail,
+                          "; ".join(notes))
 
 
 def locate(submitted: Path, student: str, lesson: Lesson) -> Path | None:

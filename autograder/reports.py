@@ -64,6 +64,11 @@ def write_reports(results: list[NotebookResult], out: Path, submitted: Path | li
         pass_rates(frame).to_csv(out / "pass_rates.csv")
         _histogram(frame, out / "scores.png")
     eyes = frame[frame["status"].isin(NEEDS_EYES)]
+    stuck = [{"student_id": r.student, "assignment": r.assignment, "notebook": r.notebook, "exercise": "(notebook)",
+              "score": 0.0, "max_score": 0.0, "status": "timeout", "message": r.note}
+             for r in results if "ran past" in r.note]  # a cell of its own that was killed: no exercise shows it
+    if stuck:
+        eyes = pd.concat([eyes, pd.DataFrame(stuck, columns=frame.columns)], ignore_index=True)
     eyes.to_csv(out / "needs_attention.csv", index=False)
     feedback = out / "feedback"
     feedback.mkdir(exist_ok=True)

@@ -10,12 +10,14 @@ import copy
 import json
 import time
 
+import pandas as pd
 import pytest
 from harness import ROOT, solution_answers
 
 from autograder.catalogue import with_answers
 from autograder.course import load_lesson
 from autograder.grading import grade_notebook, judge_test
+from autograder.reports import write_reports
 from autograder.runner import Limits, Step, run_steps
 
 A = "03-self-attention"
@@ -28,11 +30,13 @@ LIMITS = Limits(wall_s=300, cell_s=2)
 TEST = next(iter(LESSON.exercises.values())).tests[0]  # a stuck step must cost about cell_s + grace, far below wall_s
 
 
-def graded(tmp_path, notebook):
+def graded(tmp_path, notebook, whole=False):
     path = tmp_path / NB
     path.write_text(json.dumps(notebook), encoding="utf-8")
     start = time.monotonic()
     result = grade_notebook(LESSON, path, "student", LIMITS)
+    if whole:
+        return result
     return {e.exercise: e for e in result.exercises}, time.monotonic() - start
 
 
@@ -145,9 +149,15 @@ def test_a_stuck_extra_cell_costs_nothing_when_nothing_needs_it(tmp_path):
     cells = copy.deepcopy(notebook["cells"])
     at = next(i for i, c in enumerate(cells) if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "causal-mask")
     notebook["cells"] = cells[: at + 1] + [extra] + cells[at + 1 :]
-    exercises, elapsed = graded(tmp_path, notebook)
-    assert {name: e.status for name, e in exercises.items()} == {"causal-mask": "passed", "attention-head": "passed"}
+    start = time.monotonic()
+    result = graded(tmp_path, notebook, whole=True)
+    elapsed = time.monotonic() - start
+    assert {e.exercise: e.status for e in result.exercises} == {"causal-mask": "passed", "attention-head": "passed"}
     assert elapsed < 90, f"{elapsed:.0f} s"
+    assert "ran past its alarm and was killed" in result.note  # said, and listed for the instructor
+    write_reports([result], tmp_path / "out")
+    eyes = pd.read_csv(tmp_path / "out" / "needs_attention.csv")
+    assert list(eyes.exercise) == ["(notebook)"] and "ran past" in eyes.message[0]
 
 
 def test_a_course_cell_has_its_own_limit_and_the_message_says_it():
