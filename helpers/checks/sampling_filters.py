@@ -205,6 +205,9 @@ def _top_k_variants(logits, k, expected):
             logits.masked_fill(logits < kth_smallest, -INF),
         "you kept only the largest logit of each row: the threshold is the k-th largest (the last of topk's "
         "k values, [..., -1:]), not the first": top_k_expected(logits, 1),
+        "you compared the logits with the k-th largest token's index (topk(...).indices) instead of its value "
+        "(topk(...).values)": logits.masked_fill(
+            logits < logits.topk(min(k, V), dim=-1).indices[..., -1:].to(logits.dtype), -INF),
         "you put 0 instead of -inf on the removed tokens: exp(0) = 1 still gives them "
         "probability after the softmax": expected.masked_fill(expected == -INF, 0.0),
         "you returned probabilities: return the logits with -inf on the removed tokens": torch.softmax(expected, dim=-1),
