@@ -166,7 +166,11 @@ def _judge_generate(cases):
             expected = sampling.generate(model, prompt, n, **options, generator=torch.Generator().manual_seed(seed))
             out = run["out"]
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(expected.shape):
-                raise CheckFailed(f"{what} should return ids of shape {tuple(expected.shape)}, got {describe(out)}.")
+                lost = (isinstance(out, torch.Tensor) and expected.dim() == 2 and expected.shape[0] == 1
+                        and tuple(out.shape) == tuple(expected.shape[1:]))
+                raise CheckFailed(f"{what} should return ids of shape {tuple(expected.shape)}, got {describe(out)}."
+                                  + (" A batch of one keeps its batch axis: squeeze(0) only a prompt that came "
+                                     "without one (a squeeze() with no dim drops every axis of size 1)." if lost else ""))
             again = run.get("again")
             if not torch.equal(out.long(), expected) and isinstance(again, torch.Tensor) and not torch.equal(again, out):
                 raise CheckFailed(f"{what}: two runs with the same seed gave different ids ({out.tolist()} then "
