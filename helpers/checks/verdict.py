@@ -58,10 +58,11 @@ def run_module(module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
 INPUT_GRAD = "(input)"
 
 
-def gradients(module, x: torch.Tensor) -> dict | None:
+def gradients(module, x: torch.Tensor) -> dict | str | None:
     """Probe side: the gradient of a fixed weighting of ``module(x)`` with respect to every parameter
-    (None where none arrives) and, for a float input, to ``x`` itself (``INPUT_GRAD``); None when the
-    forward or backward pass raises or returns no tensor."""
+    (None where none arrives) and, for a float input, to ``x`` itself (``INPUT_GRAD``). The error's
+    text when the backward pass raises; None when the forward pass raises or returns no tensor (the
+    output's own checks say what is wrong then)."""
     try:
         with torch.enable_grad():
             x = x.detach().clone().requires_grad_(x.is_floating_point())
@@ -72,34 +73,44 @@ def gradients(module, x: torch.Tensor) -> dict | None:
             if not out.requires_grad:
                 return {name: None for name, _ in named}
             weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(out.dtype)
-            found = torch.autograd.grad((out * weight).sum(), [t for _, t in named], allow_unused=True)
-        return {name: None if g is None else g.detach() for (name, _), g in zip(named, found, strict=True)}
-    except Exception:  # noqa: BLE001 - the output's own checks say what is wrong
+    except Exception:  # noqa: BLE001
         return None
+    try:
+        with torch.enable_grad():
+            found = torch.autograd.grad((out * weight).sum(), [t for _, t in named], allow_unused=True)
+    except Exception as exc:  # noqa: BLE001 - an in-place change of what autograd saved, say
+        return f"{type(exc).__name__}: {exc}"[:500]
+    return {name: None if g is None else g.detach() for (name, _), g in zip(named, found, strict=True)}
 
 
-def judge_gradients(grads, reference, x: torch.Tensor, what: str, dtype: torch.dtype) -> None:
+def judge_gradients(grads, reference, x: torch.Tensor, what: str, dtype: torch.dtype, hint: str = "") -> None:
     """Judge side, once the output is right: every gradient the reference's output sends back must
-    arrive in the student's module too, with the same values; fail naming the first that does not."""
+    arrive in the student's module too, with the same values; fail naming the first that does not.
+    ``hint``: what, in this exercise, most often cuts the gradient."""
+    if isinstance(grads, str):
+        raise CheckFailed(f"{what}: the output is right, but backpropagating through it raised {grads}. A layer must "
+                          "be differentiable: torch operations on tensors (no .item(), no numpy, no in-place change "
+                          f"of a tensor autograd saved).{hint}")
     if not isinstance(grads, dict):
         return
     ours = gradients(reference, x)
     tol = 1e-7 if dtype == torch.float64 else 1e-3
-    for name, want in (ours or {}).items():
+    for name, want in (ours if isinstance(ours, dict) else {}).items():
         if want is None or not bool(want.abs().gt(0).any()):
             continue
         have = grads.get(name)
-        where = "the input x (so nothing before this module would learn)" if name == INPUT_GRAD else name
+        where = "the input x" if name == INPUT_GRAD else name
         if not isinstance(have, torch.Tensor) or have.shape != want.shape:
-            problem = f"no gradient reaches {where}"
+            problem = f"no gradient reaches {where}" + (" (so nothing before this module would learn)"
+                                                        if name == INPUT_GRAD else "")
         elif not close(want, have, tol, tol):
-            problem = f"the gradient that reaches {where} differs from the reference's ({first_mismatch(want, have, tol, tol)})"
+            problem = f"the gradient that reaches {where} is wrong ({first_mismatch(want, have, tol, tol)})"
         else:
             continue
         raise CheckFailed(
             f"{what}: the output is right, but {problem}: part of the computation is cut off from autograd "
             "(a torch.no_grad() block, .detach(), .data, .item(), or a round trip through numpy or a Python "
-            "number), so training would not change what it should.")
+            f"number), so training would not change what it should.{hint}")
 
 
 def load_weights(module, weights: dict[str, torch.Tensor], what: str, layout: str = "keep the constructor as given") -> None:
