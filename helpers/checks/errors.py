@@ -4,7 +4,8 @@ One record for an error of the student's code, in every check: ``caught`` turns 
 "kind": "TypeName", "message": ..., "value_error": ..., "explained": ...}``, where ``explained`` is
 ``explain_exception``'s account without the error's own line: where the student's line raised, the
 tensors on that line in the case's legend, and what the message means. ``attempt`` calls the
-student's function once and returns ``{"out": value}`` or that record. On the judge's side,
+student's function once and returns ``{"out": value}`` (with ``outside``: the layers with weights it
+called that are not part of the module, a layer built inside forward) or that record. On the judge's side,
 ``raise_caught`` turns a record into the failure message, with a hint chosen by the error's words,
 and ``same_behaviour`` / ``outcome`` compare and describe what a case did when a mistake may make
 the student's code raise on some inputs and not on others.
