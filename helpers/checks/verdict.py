@@ -213,14 +213,15 @@ def inside(run: dict, expected, out, reference, inputs: tuple, tol: float, *, kn
 def judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variants: Callable[[], dict] = dict,
                  reference=None, inputs: tuple = (), known=None, noun: str = "the model", part: str = "sub-module",
                  leak: Callable[[], str | None] = lambda: None, leak_means: str = "", note: Callable[[], str] = str,
-                 dtype_too: bool = False) -> None:
+                 dtype_too: bool = False, gradient_hint: str = "") -> None:
     """Judge side: fail with the message for a wrong output ``run["out"]``, or return when it is right.
 
     ``diagnosis``: ``diagnose``'s keyword arguments (``what``, ``atol``, ``again``, ``alone``...);
     ``variants()``: the catalogued mistakes; ``reference(*inputs)`` computed ``expected``, and its
     trace is compared with the student's (``known``: other values of its forward pass, by name);
     ``leak()``: ``first_leak``'s finding (asked once the shape is known to be right), and ``leak_means``
-    what it says of the module; ``dtype_too``: the output must also keep the input's dtype."""
+    what it says of the module; ``dtype_too``: the output must also keep the input's dtype;
+    ``gradient_hint``: ``judge_gradients``' hint, once the output is right."""
     what, tol, out = diagnosis["what"], diagnosis["atol"], run.get("out")
     outside = outside_told(run.get("outside"))  # new weights at every call: the cause of what follows
     if outside and isinstance(out, torch.Tensor) and not (out.shape == expected.shape and close(expected, out, tol, tol)):
@@ -230,7 +231,7 @@ def judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variants
     leaked = leak()
     if close(expected, out, tol, tol) and leaked is None:
         if reference is not None and inputs and "grads" in run:
-            judge_gradients(run["grads"], reference, inputs[0], what, diagnosis["dtype"])
+            judge_gradients(run["grads"], reference, inputs[0], what, diagnosis["dtype"], gradient_hint)
         return
     if rule == "rule_nonfinite":
         leaked = None  # inf - inf and 0 * inf move with any token: not evidence of a leak
