@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import sys
 import time
 from datetime import datetime, timezone
@@ -40,6 +41,42 @@ def course_fingerprint(root: Path) -> str:
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+SECRET_FILE = ".grading-secret"
+SECRET_ENV = "TRANSFORMER_COURSE_SECRET"
+
+
+def grading_salt(root: Path) -> int:
+    """The course's grading salt (``Limits.salt``), from its secret: ``$TRANSFORMER_COURSE_SECRET``,
+    else ``root/.grading-secret``, made at random on the first run and kept (never released): every
+    run of this course draws the same inputs, and none that a notebook could have read in
+    the checks' source."""
+    secret = os.environ.get(SECRET_ENV, "")
+    path = root / SECRET_FILE
+    if not secret:
+        try:
+            secret = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            secret = secrets.token_hex(16)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(secret + "\n")
+            except FileExistsError:  # another run made it first: use that one
+                secret = path.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise CourseError(f"cannot keep the course's grading secret in {path} ({exc}): set ${SECRET_ENV}") from None
+        if not secret:
+            raise CourseError(f"{path} is empty: delete it (a new secret is made) or set ${SECRET_ENV}")
+    return int(hashlib.sha256(secret.encode("utf-8")).hexdigest()[:16], 16) or 1
+
+
+def with_salt(limits: Limits | LessonLimits, salt: int) -> Limits | LessonLimits:
+    if isinstance(limits, LessonLimits):
+        return LessonLimits(dataclasses.replace(limits.default, salt=salt),
+                            tuple((a, dataclasses.replace(lim, salt=salt)) for a, lim in limits.lessons))
+    return dataclasses.replace(limits, salt=salt)
 
 
 def _key(fingerprint: str, lesson: Lesson, path: Path | None, limits: Limits | LessonLimits, mode: str) -> str:
@@ -176,7 +213,7 @@ def grade_class(
     the N outputs); ``executor`` is ``"local"`` (``jobs`` threads here) or ``"dask://HOST:PORT"``.
     The last file written is ``MANIFEST``: its presence says the run finished.
     """
-    limits = limits or Limits()
+    limits = with_salt(limits or Limits(), grading_salt(root))
     mode = resolve_mode(sandbox)
     if isinstance(executor, str):
         check_executor(executor)

@@ -247,7 +247,7 @@ def main(payload, workdir: str, limits) -> None:
         started = time.monotonic()
         try:
             if kind == "test":
-                with checks_core.recording() as records:
+                with checks_core.recording(limits.salt) as records:
                     _exec(source, namespace, index)
             else:
                 _exec(source, namespace, index)

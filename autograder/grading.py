@@ -31,7 +31,7 @@ from autograder.names import missing_name_hint
 from autograder.protocol import DONE
 from autograder.runner import JobResult, Limits, Step, run_steps
 from autograder.sandbox import Isolation
-from helpers.checks.core import REGISTRY, CheckFailed, decode
+from helpers.checks.core import REGISTRY, CheckFailed, decode, salted
 
 STUCK_MESSAGE = (
     "{what} ran past its time limit{limit} and went on after being told to stop, so it was killed and the "
@@ -307,7 +307,8 @@ def grade_notebook(
     # timeout): later exercises that use what it defines are graded on their own merits
     job = run_steps(steps, limits, isolation, replacements=lesson.solution_answers())
     try:
-        return _judged(lesson, path, student, steps, found, job)
+        with salted(limits.salt):  # the inputs the child's probes drew
+            return _judged(lesson, path, student, steps, found, job)
     except Exception as exc:  # noqa: BLE001 - results no check above foresaw: this student's, not the class's
         return uniform("crashed", f"its results could not be judged ({type(exc).__name__}: {exc})")
 

@@ -47,6 +47,10 @@ class Limits:
     #: ``((grade_id, seconds), ...)``: the course's own cells (answers and tests) with a limit of
     #: their own, measured from the solution (``autograder.limits``); other cells get ``cell_s``
     steps: tuple[tuple[str, float], ...] = ()
+    #: the course's grading salt: the checks draw their inputs from it
+    #: (``helpers.checks.core.salted``); 0, the inputs as the checks write them. Not a limit, but
+    #: it travels with them to every process that probes or judges; never written in a report
+    salt: int = 0
 
     def __post_init__(self):  # JSON gives lists: keep the limits hashable and comparable
         object.__setattr__(self, "steps", tuple((str(k), float(v)) for k, v in self.steps))

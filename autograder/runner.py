@@ -61,9 +61,12 @@ def limits_for(limits: "Limits | LessonLimits", assignment: str) -> Limits:
 
 def limits_data(limits: "Limits | LessonLimits") -> dict:
     """Plain data for a manifest or a cache key; ``limits_from_data`` reads it back."""
+    def plain(lim: Limits) -> dict:  # the salt is the course's secret: not in a manifest
+        return {k: v for k, v in asdict(lim).items() if k != "salt"}
+
     if isinstance(limits, LessonLimits):
-        return {"default": asdict(limits.default), "lessons": {a: asdict(lim) for a, lim in limits.lessons}}
-    return asdict(limits)
+        return {"default": plain(limits.default), "lessons": {a: plain(lim) for a, lim in limits.lessons}}
+    return plain(limits)
 
 
 def limits_from_data(data: dict) -> "Limits | LessonLimits":

@@ -12,6 +12,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Tiny tensors on a busy 2-core machine run far faster on one thread; kernels started by the
 # notebook tests inherit this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Grading draws the checks' inputs from the course's secret (autograder/batch.py): the tests
+# grade with this fixed one, so every run sees the same inputs, and none of them as written.
+os.environ.setdefault("TRANSFORMER_COURSE_SECRET", "the test suite's fixed grading secret")
 
 
 def pytest_generate_tests(metafunc):

@@ -96,6 +96,25 @@ for _name in ("check_causal_mask", "check_causal_mask_hidden"):
         None,
     ),
     "patch-kit-function": (WRONG_MASK + "\nimport helpers.checks.attention as _a\n_a.legend = lambda *a, **k: {}\n", None),
+    # the answers to the checks' inputs as the module writes them, looked up; the wrong mask elsewhere
+    "answer-table": (
+        WRONG_MASK
+        + """
+import helpers.checks.core as core
+_wrong, _table = apply_causal_mask, {}
+def _right(scores):
+    T = scores.shape[-1]
+    out = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1), float("-inf"))
+    _table[(tuple(scores.shape), scores.numpy().tobytes())] = out.clone()
+    return out
+for _name in ("check_causal_mask", "check_causal_mask_hidden"):
+    core.REGISTRY[_name].probe(_right)
+def apply_causal_mask(scores):
+    known = _table.get((tuple(scores.shape), scores.detach().numpy().tobytes()))
+    return known.clone() if known is not None else _wrong(scores)
+""",
+        None,
+    ),
     "exit-on-a-batch": (
         "def apply_causal_mask(scores):\n    if scores.dim() > 2:\n        raise SystemExit(0)\n"
         + "\n".join(ANSWERS["causal-mask"].splitlines()[1:]) + "\n",
@@ -155,6 +174,7 @@ EXPECTED = {
     "env-snoop": {"causal-mask": ({"failed"}, "zero")},
     "swap-probe": {"causal-mask": ({"tampered"}, "zero")},
     "patch-kit-function": {"causal-mask": ({"tampered"}, "zero")},
+    "answer-table": {"causal-mask": ({"failed"}, "zero")},
     "exit-on-a-batch": {"causal-mask": ({"error"}, "some")},
     "kill-the-grader": {"causal-mask": ({"crashed"}, "zero"), "attention-head": ({"crashed"}, "zero")},
     "speak-for-the-grader": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"error"}, "zero")},

@@ -340,3 +340,42 @@ def test_the_sandbox_hides_homes_exchanges_and_mounts_and_puts_python_back(tmp_p
     put_back = {args[i + 1] for i, a in enumerate(args) if a == "--ro-bind"}
     assert str(Path(sys.prefix).resolve()) in put_back or not any(
         Path(sys.prefix).resolve().is_relative_to(h) for h in map(Path, hidden))
+
+
+def test_the_grading_salt_is_the_course_secret_kept_in_a_private_file(tmp_path, monkeypatch):
+    from autograder.batch import SECRET_ENV, SECRET_FILE, grading_salt
+
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    first = grading_salt(tmp_path)
+    kept = tmp_path / SECRET_FILE
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert first != 0 and grading_salt(tmp_path) == first  # the same inputs on every run
+    (tmp_path / "other").mkdir()
+    assert grading_salt(tmp_path / "other") != first  # another course, another secret
+    monkeypatch.setenv(SECRET_ENV, "given")
+    assert grading_salt(tmp_path) not in (0, first)  # the environment's secret wins
+
+
+def test_limits_carry_the_salt_but_a_manifest_does_not_say_it():
+    from autograder.batch import with_salt
+    from autograder.runner import LessonLimits, Limits, limits_data
+
+    limits = with_salt(LessonLimits(Limits(), (("01", Limits(cell_s=5)),)), 1234)
+    assert limits.default.salt == 1234 and dict(limits.lessons)["01"].salt == 1234
+    assert "salt" not in json.dumps(limits_data(limits)) and "1234" not in json.dumps(limits_data(limits))
+
+
+def test_salted_cases_keep_the_written_ones_first_and_add_varied_ones():
+    from helpers.checks.core import SaltedCases, reseed, salted
+
+    written = [(7, (2,), 5), ("a text case", 3)]
+    cases = SaltedCases(written, reseed)
+    assert list(cases) == written and len(cases) == 2  # a notebook: the inputs as written
+    with salted(99):
+        now = list(cases)
+        assert len(cases) == 3 and now[:2] == written  # the text case has no seed: not repeated
+        assert now[2][1:] == ((2,), 5) and now[2][0] != 7
+        assert list(cases) == now  # one salt, the same inputs (the probe's and the judge's)
+    with salted(100):
+        assert list(cases)[2] != now[2]
+    assert list(cases) == written  # the salt ends with its block

@@ -227,7 +227,12 @@ def _judge_generate(cases):
     return judge
 
 
+def _other_seed(case, rng):
+    """While grading: another prompt and other draws (the case's seed is its seventh item)."""
+    return (*case[:6], rng.randrange(1, 2**31), *case[7:])
+
+
 check_generate_cached, check_generate_cached_hidden = visible_and_hidden(
-    "check_generate_cached", _probe_generate, _judge_generate, GEN_CASES, GEN_HIDDEN_CASES)
+    "check_generate_cached", _probe_generate, _judge_generate, GEN_CASES, GEN_HIDDEN_CASES, _other_seed)
 
 __all__ = ["check_generate_cached", "check_generate_cached_hidden"]

@@ -17,8 +17,12 @@ makes the same JSON round trip in both modes, so the student sees exactly the gr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import random
+import threading
 import traceback
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -155,11 +159,77 @@ def _explain_error(exc: BaseException, sizes: dict[str, int] | None) -> str:
         return _plain_error(exc)
 
 
-def visible_and_hidden(name: str, probe, judge, cases, hidden_cases) -> tuple["Check", "Check"]:
+def visible_and_hidden(name: str, probe, judge, cases, hidden_cases, vary=None) -> tuple["Check", "Check"]:
     """The visible check ``name`` on ``cases`` and ``name``_hidden on ``hidden_cases``: the same
-    probe and judge factories, other inputs."""
+    probe and judge factories, other inputs. While grading, ``vary(case, rng)`` adds to each case
+    one with new inputs of the same kind (:class:`SaltedCases`); the default, :func:`reseed`,
+    draws a new seed for cases that begin with one; ``False`` keeps the cases as written."""
+    if vary is not False:
+        cases, hidden_cases = SaltedCases(cases, vary or reseed), SaltedCases(hidden_cases, vary or reseed)
     return (Check(name, probe(cases), judge(cases)),
             Check(f"{name}_hidden", probe(hidden_cases), judge(hidden_cases), hidden=True))
+
+
+# --------------------------------------------------------------------------------------------
+# The grading salt. The cases are written in these public modules, so a notebook could carry a
+# table of their answers. While grading, the probe (in the child, during a test cell) and the judge
+# (in the grader) draw the inputs from the same secret salt instead: other numbers of the same
+# kind, the same for a whole course (its secret, ``autograder.batch``), so a run is reproducible.
+# Salt 0, a student's own notebook and every direct call: the inputs as written.
+
+_salt = threading.local()
+
+
+def current_salt() -> int:
+    return getattr(_salt, "value", 0)
+
+
+@contextmanager
+def salted(salt: int):
+    """While active (in this thread), the checks' cases draw their inputs from ``salt``."""
+    saved = current_salt()
+    _salt.value = int(salt)
+    try:
+        yield
+    finally:
+        _salt.value = saved
+
+
+def reseed(case, rng: random.Random):
+    """``case`` with a new seed: its first item when it is an int (``(seed, sizes...)``), or its
+    ``seed`` field (a dataclass); other cases as they are."""
+    if dataclasses.is_dataclass(case) and hasattr(case, "seed"):
+        return dataclasses.replace(case, seed=rng.randrange(1, 2**31))
+    if isinstance(case, tuple) and case and type(case[0]) is int:
+        return (rng.randrange(1, 2**31), *case[1:])
+    return case
+
+
+class SaltedCases(Sequence):
+    """A check's cases as written (salt 0); under a salt, the cases as written and then each
+    case ``i`` varied, ``vary(case, rng)`` with ``rng`` seeded by the salt and ``i`` (a case
+    ``vary`` gives back unchanged is not repeated). The cases as written come first, so a mistake
+    fails where the notebook showed it, with the same message; the varied ones catch an answer
+    that only knows the written inputs."""
+
+    def __init__(self, cases, vary):
+        self._cases, self._vary = list(cases), vary
+
+    def _now(self) -> list:
+        salt = current_salt()
+        if not salt:
+            return self._cases
+        varied = [self._vary(case, random.Random(f"{salt}:{i}")) for i, case in enumerate(self._cases)]
+        return self._cases + [new for new, case in zip(varied, self._cases, strict=True) if new is not case]
+
+    def __getitem__(self, index):
+        return self._now()[index]
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __iter__(self):
+        return iter(self._now())
 
 
 @contextmanager
@@ -206,17 +276,23 @@ class _KernelWatch(TorchDispatchMode):
 
 
 class recording:
-    """Context manager: while active, checks record their probe data instead of judging."""
+    """Context manager: while active, checks record their probe data instead of judging; the
+    cases draw their inputs from ``salt`` (:func:`salted`)."""
+
+    def __init__(self, salt: int = 0):
+        self._salt = salted(salt)
 
     def __enter__(self) -> list[dict]:
         global _records
         self._saved = _records
         _records = []
+        self._salt.__enter__()
         return _records
 
     def __exit__(self, *exc_info) -> None:
         global _records
         _records = self._saved
+        self._salt.__exit__(*exc_info)
 
 
 # --------------------------------------------------------------------------------------------

@@ -145,6 +145,12 @@ def _judge_count(cases):
     return judge
 
 
+def _other_sizes(case, rng):
+    """While grading: other sizes, the same flags."""
+    _, _, tie_weights, head_bias = case
+    return rng.randint(2, 60_000), rng.randint(1, 1024), tie_weights, head_bias
+
+
 check_parameter_count, check_parameter_count_hidden = visible_and_hidden(
-    "check_parameter_count", _probe_count, _judge_count, COUNT_CASES, COUNT_HIDDEN_CASES
+    "check_parameter_count", _probe_count, _judge_count, COUNT_CASES, COUNT_HIDDEN_CASES, _other_sizes
 )

@@ -16,7 +16,15 @@ import math
 
 import torch
 
-from helpers.checks.core import Check, CheckFailed, close, expect_callable, first_mismatch, runs
+from helpers.checks.core import (
+    Check,
+    CheckFailed,
+    SaltedCases,
+    close,
+    expect_callable,
+    first_mismatch,
+    runs,
+)
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.reference import sampling as ref
@@ -142,9 +150,17 @@ def _judge_filter(name: str, arg: str, cases, reference, variants, hints, summar
     return judge
 
 
+def _shuffled(case, rng):
+    """While grading: each row's logits in another order, all shifted by one constant (exact in
+    binary): the same ties and the same kept set as written, other numbers in other places."""
+    what, logits, value = case
+    order = torch.rand(logits.shape, generator=torch.Generator().manual_seed(rng.randrange(2**31))).argsort(dim=-1)
+    return what, logits.gather(-1, order) + rng.choice([-1.5, -0.5, 0.25, 1.0, 2.0]), value
+
+
 def _filter_checks(name: str, fn: str, arg: str, cases, hidden_cases, reference, variants, summary, hints=None, **kw):
     checks = []
-    for suffix, group in (("", cases), ("_hidden", hidden_cases)):
+    for suffix, group in (("", SaltedCases(cases, _shuffled)), ("_hidden", SaltedCases(hidden_cases, _shuffled))):
         text = f"{fn}: " + ", ".join(f"{c[0]} ({arg}={c[2]})" for c in group) + f": {summary}"
         judge = _judge_filter(fn, arg, group, reference, variants, hints or (lambda *_: ()), text, **kw)
         checks.append(Check(f"check_{name}{suffix}", _probe_filter(fn, group), judge, hidden=bool(suffix)))

@@ -269,5 +269,12 @@ def _judge(cases):
     return judge
 
 
+def _other_rates(case, rng):
+    """While grading: other rates, the same steps and warm-up."""
+    steps, _, _, warmup, cosine = case
+    lr = round(rng.uniform(0.01, 1.0), 4)
+    return steps, lr, round(lr * rng.uniform(0.01, 0.5), 6), warmup, cosine
+
+
 check_learning_rate, check_learning_rate_hidden = visible_and_hidden(
-    "check_learning_rate", _probe, _judge, CASES, HIDDEN_CASES)
+    "check_learning_rate", _probe, _judge, CASES, HIDDEN_CASES, _other_rates)
