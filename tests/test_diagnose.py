@@ -446,6 +446,9 @@ def mask_from_front(scores):
     T = scores.shape[0]
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     return scores.masked_fill(future, float("-inf"))
+
+def head_on_ids(input_ids, lm_head):
+    return lm_head(input_ids)
 '''
 
 
@@ -731,3 +734,27 @@ def test_difference_from_a_value_of_the_forward_pass():
     out = good(x).detach()
     assert difference_from(out - 0.5 * steps["mlp"], out, steps, 1e-9, 1e-9) == "minus 0.5 × the output of mlp (the MLP)"
     assert difference_from(out + 0.1, out, steps, 1e-9, 1e-9) is None
+
+
+def test_token_ids_fed_to_a_linear_layer_are_named(cell):
+    for linear in (nn.Linear(7, 11), nn.Linear(6, 11)):  # the shapes clash, or only the dtypes
+        text = explain_exception(raised(cell["head_on_ids"], torch.zeros(2, 6, dtype=torch.long), linear))
+        assert "input_ids holds integers (token ids), not vectors" in text and "embedding lookup" in text
+
+
+def test_a_slice_along_the_wrong_axis_is_read_from_the_shapes():
+    ids = torch.arange(21.0).reshape(3, 7)
+    text = explain_mismatch(ids[..., 1:], ids[1:], what="shift", atol=TOL, rtol=TOL, axes=("B", "T"), sizes={"B": 3, "T": 6})
+    assert "Axis 1 (T) kept 1 more and axis 0 (B) 1 fewer than expected: the slice was made along the wrong axis" in text
+    # one axis too short is not a slice on the wrong axis
+    assert "wrong axis" not in explain_mismatch(ids[..., 1:], ids[:, 2:], what="shift", atol=TOL, rtol=TOL)
+
+
+def test_a_term_scaled_by_a_square_root_is_read_from_the_difference():
+    good, _ = tiny_pair()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    steps = trace(good, x)
+    out = good(x).detach()
+    said = difference_from(out + (math.sqrt(6) - 1) * steps["mlp"], out, steps, 1e-9, 1e-9)
+    assert said.startswith("1.449 × the output of mlp") and "= sqrt(6)" in said
+    assert "sqrt" not in difference_from(out + 2 * steps["mlp"], out, steps, 1e-9, 1e-9)  # 3 is a whole number

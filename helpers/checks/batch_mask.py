@@ -133,6 +133,10 @@ def _judge_mask(cases):
             if (pos < 0).any():
                 raise CheckFailed(f"{what}: a padding position is {int(pos.min())}; position ids index the "
                                   "position table: use 0 at padding.")
+            if (pos[~query_real] != 0).any():
+                b, i = ((pos != 0) & ~query_real).nonzero()[0].tolist()
+                raise CheckFailed(f"{what}: a padding position must be 0, as the docstring says (0 for padding). "
+                                  f"Evidence: row {b}, new column {i} is padding and got position {int(pos[b, i])}.")
         batch = data.get("batch")
         raise_caught("batch generation with your batch_mask_and_positions", batch)
         model = small_model(max_len=13)

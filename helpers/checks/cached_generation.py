@@ -84,7 +84,8 @@ def _probe_generate(cases):
                 try:
                     with case_sizes(sizes):
                         out = generate_cached(model, _prompt(shape, seed), n, **options, generator=torch.Generator().manual_seed(seed))
-                        run = {"out": out, "calls": list(KnownGood.calls), "training": model.training}
+                        run = {"out": out, "calls": list(KnownGood.calls), "training": model.training,
+                               "modes": sorted({m.training for m in model.modules()})}
                         model.train(training)  # the same seed again: the same ids?
                         run["again"] = generate_cached(model, _prompt(shape, seed), n, **options,
                                                        generator=torch.Generator().manual_seed(seed))
@@ -221,6 +222,11 @@ def _judge_generate(cases):
             if run.get("training") != training:
                 raise CheckFailed(f"{what}: the model was left in {'training' if run.get('training') else 'evaluation'} "
                                   "mode: put it back in the mode it was in (model.train(was_training)).")
+            if run.get("modes", [training]) != [training]:
+                raise CheckFailed(f"{what}: model.training is back to {training}, but some of its sub-modules are "
+                                  f"still in {'evaluation' if training else 'training'} mode: setting the attribute "
+                                  "model.training changes the model alone; model.train(was_training) sets every "
+                                  "sub-module (its dropout layers included).")
         return ("generate_cached: " + "; ".join(c[0] for c in cases) + ": the same ids as lesson 08's generate, "
                 "one new position per step while the text fits, no autograd graph in the cache.")
 

@@ -230,6 +230,19 @@ def _explain(expected, got, what, atol, rtol, axes, sizes, again, alone, dtype) 
 # Each rule takes a _Case and returns "cause. Evidence: ...." or None (nothing established).
 
 
+def _cut_along(c: _Case, exp_shape: tuple, got_shape: tuple) -> str:
+    """Two axes off by the same amount, one shorter and one longer: a slice made along the wrong axis."""
+    off = [k for k, (a, b) in enumerate(zip(exp_shape, got_shape, strict=True)) if a != b]
+    if len(off) != 2:
+        return ""
+    (i, j) = sorted(off, key=lambda k: got_shape[k] - exp_shape[k])
+    cut = exp_shape[i] - got_shape[i]
+    if cut <= 0 or got_shape[j] - exp_shape[j] != cut:
+        return ""
+    return (f" A{_axis(j, c.axes)[1:]} kept {cut} more and {_axis(i, c.axes)} {cut} fewer than expected: the "
+            f"slice was made along the wrong axis (ids[1:] cuts the first axis, ids[..., 1:] the last).")
+
+
 def rule_shape(c: _Case) -> str | None:
     """A wrong shape: which axis, named by the legend; a missing or extra axis; swapped axes."""
     exp_shape, got_shape = tuple(c.expected.shape), tuple(c.got.shape)
@@ -252,7 +265,7 @@ def rule_shape(c: _Case) -> str | None:
         hint = ""
         if c.got.numel() == c.expected.numel() and c.close(c.g, c.e.reshape(got_shape)):
             hint = " The entries are the right ones in the right order: only the final reshape/view is wrong."
-        hint = hint or _joined_along(c, exp_shape, got_shape)
+        hint = hint or _joined_along(c, exp_shape, got_shape) or _cut_along(c, exp_shape, got_shape)
         return f"the output has the wrong shape: {'; '.join(parts)}.{hint} {shapes}"
     if len(got_shape) == len(exp_shape) - 1:
         for k in range(len(exp_shape)):
@@ -1090,6 +1103,16 @@ def _reversed_axes(values) -> str:
     return ""
 
 
+def _ids_into_linear(values, linear: bool) -> str:
+    """An integer tensor (token ids) on a line that calls an nn.Linear: the embedding lookup was skipped."""
+    ids = next((name for name, v in values if isinstance(v, torch.Tensor) and not v.dtype.is_floating_point
+                and not v.dtype.is_complex and v.dtype != torch.bool), None)
+    if not (linear and ids):
+        return ""
+    return (f" {ids} holds integers (token ids), not vectors: a linear layer takes the (..., C) embeddings, the "
+            "output of the embedding lookup, never the ids themselves.")
+
+
 def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | None:
     """What PyTorch's (or Python's) message says should have matched, in the course's words;
     ``values``: (name, value) of what the failing line names; ``source``: that line."""
@@ -1113,6 +1136,7 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
                "nn.Linear computes with its (out_features, in_features) weight." if flipped and not linear else
                f"For an nn.Linear, the right factor is the weight transposed: the layer expects inputs whose "
                f"last axis has size {n(c)}, and got {n(b)}.")
+            + _ids_into_linear(values, linear)
         )
     m = re.search(
         r"Expected size for first two dimensions of batch2 tensor to be: \[(\d+), (\d+)\] but got: \[(\d+), (\d+)\]", text
@@ -1141,6 +1165,9 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
     )
     if m:
         a, b = m.groups()
+        ids = _ids_into_linear(values, any(isinstance(v, torch.nn.Linear) for _, v in values))
+        if ids:
+            return f"Two tensors of different dtypes ({a} and {b}) met in one operation.{ids}"
         return (
             f"Two tensors of different dtypes ({a} and {b}) met in one operation. A tensor created without "
             "dtype= is float32 (torch.ones, torch.zeros, torch.tensor, torch.arange of floats) or int64 "
@@ -1529,7 +1556,11 @@ def _as_multiple(diff: torch.Tensor, candidates: dict[str, torch.Tensor], atol: 
         k = float((t * d).sum()) / tt
         if abs(k) > 1e-6 and bool(torch.isclose(d, k * t, atol=atol, rtol=rtol).all()):
             size = "" if abs(abs(k) - 1) < 1e-9 else f"{_num(abs(k))} × "
-            return f"{'minus ' if k < 0 else ''}{size}{name}"
+            square = (1 + k) ** 2  # 1 + k = sqrt(n): a term scaled by a square root where it is added as it is
+            root = (f" (1 + {_num(k)} = sqrt({round(square)}): {name} is scaled by a square root, e.g. sqrt(C), where "
+                    "the reference adds it as it is)") if k > 0 and round(square) >= 2 and abs(square - round(square)) < 1e-3 * square \
+                and abs((1 + k) - round(1 + k)) > 1e-3 else ""
+            return f"{'minus ' if k < 0 else ''}{size}{name}{root}"
     return None
 
 

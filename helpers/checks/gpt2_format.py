@@ -122,17 +122,23 @@ def _cause(name, got, expected, initial, C, nh) -> str:
             return ("the fused query/key/value weight (c_attn) was not transposed: GPT-2's Conv1D stores it "
                     "(in, out) = (C, 3C); nn.Linear wants (out, in), so transpose before splitting")
         return f"{source} was not transposed: GPT-2's Conv1D stores (in, out), nn.Linear (out, in)"
+    recut = ("was reshaped (view or reshape) into nn.Linear's shape instead of transposed: a reshape keeps the "
+             "numbers in their order and only cuts the rows anew; Conv1D's (in, out) becomes (out, in) with .T")
+    if have.dim() == 2 and _same(have, want.T.reshape(want.shape)):
+        return f"{source} {recut}"
     prefix = name.rsplit(".", 2)[0]
     if ".attention." in name and name.split(".")[-2] in ("query", "key", "value"):
         kind = name.split(".")[-1]
+        fused = torch.cat([expected[f"{prefix}.{p}.{kind}"] for p in ("query", "key", "value")])  # (3C, ...)
+        part = ("query", "key", "value").index(name.split(".")[-2])
+        if have.dim() == 2 and _same(have, fused.T.reshape(fused.shape)[part * C:(part + 1) * C]):
+            return f"the fused query/key/value weight h.{name.split('.')[1]}.attn.c_attn.weight {recut}, before splitting"
         for other in ("query", "key", "value"):
             if other != name.split(".")[-2] and _same(have, expected[f"{prefix}.{other}.{kind}"]):
                 return ("query, key and value came out of c_attn in the wrong order: its output features are "
                         f"query (0:C), then key (C:2C), then value (2C:3C); your {name.split('.')[-2]} holds {other}'s")
         hs = C // nh
-        fused = torch.cat([expected[f"{prefix}.{p}.{kind}"] for p in ("query", "key", "value")])  # (3C, ...)
         by_head = fused.reshape(nh, 3, hs, *fused.shape[1:])  # the per-head layout some other models use
-        part = ("query", "key", "value").index(name.split(".")[-2])
         if _same(have, by_head[:, part].reshape(C, *fused.shape[1:])):
             return ("you split c_attn head by head (nh, 3, hs); GPT-2 keeps all of query's C features first, "
                     "then key's, then value's: split the 3C features into three blocks of C")

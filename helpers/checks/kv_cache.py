@@ -44,14 +44,16 @@ def attend_step(weights: dict, xc, cache, nh: int, n_kv: int, flavour: str = "ri
     """One call of cached attention on the new positions ``xc`` (B, T_new, C): ``(out, (k, v))``. ``flavour``:
     ``right``, or a mistake: ``mask-not-offset`` (the new chunk's causal mask, top-left aligned), ``no-mask``,
     ``cache-ignored``, ``new-first`` (new keys before the cached ones), ``sqrt-C`` (scaled by sqrt(C)),
-    ``tiled`` (key-value heads repeated with ``repeat`` instead of ``repeat_interleave``)."""
+    ``tiled`` (key-value heads repeated with ``repeat`` instead of ``repeat_interleave``), ``v-from-k-cache``
+    and ``k-from-v-cache`` (one cache grown from the other's past)."""
     (B, T_new, C), hs = xc.shape, weights["query.weight"].shape[0] // nh
     q = (xc @ weights["query.weight"].T).view(B, T_new, nh, hs).transpose(1, 2)  # (B, nh, T_new, hs)
     k = (xc @ weights["key.weight"].T).view(B, T_new, n_kv, hs).transpose(1, 2)  # (B, n_kv, T_new, hs)
     v = (xc @ weights["value.weight"].T).view(B, T_new, n_kv, hs).transpose(1, 2)
     if cache is not None and flavour != "cache-ignored":
+        olds = {"v-from-k-cache": (cache[0], cache[0]), "k-from-v-cache": (cache[1], cache[1])}.get(flavour, cache)
         k, v = (torch.cat((new, old) if flavour == "new-first" else (old, new), dim=2)
-                for old, new in zip(cache, (k, v), strict=True))
+                for old, new in zip(olds, (k, v), strict=True))
     T_total, k_all, v_all = k.shape[2], k, v
     if nh != n_kv:  # (B, n_kv, T_total, hs) -> (B, nh, T_total, hs)
         group = nh // n_kv
@@ -247,6 +249,8 @@ MISTAKES = {
     "new-first": "the new keys and values went before the cached ones: concatenate the past first, [cache[0], k], so that "
     "column j of the scores is position j",
     "sqrt-C": "the scores were divided by sqrt(C) = sqrt(emb_dim) instead of sqrt(hs) = sqrt(head_dim)",
+    "v-from-k-cache": "the values were grown from the cached keys (torch.cat([cache[0], v])): the cached values are cache[1]",
+    "k-from-v-cache": "the keys were grown from the cached values (torch.cat([cache[1], k])): the cached keys are cache[0]",
     "tiled": "the key and value heads were repeated in the wrong order (repeat tiles them: query head h read kv head h % n_kv); "
     "consecutive query heads share a kv head: head h reads kv head h // (nh // n_kv), which repeat_interleave(..., dim=1) "
     "(or expand + reshape) gives",
@@ -279,7 +283,8 @@ def _judge(with_kv: bool, name: str, cases):
             output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
             got = torch.cat(run["outs"], dim=1)
             if not close(expected, got, tol, tol):
-                flavours = ["mask-not-offset", "no-mask", "cache-ignored", "new-first", "sqrt-C"]
+                flavours = ["mask-not-offset", "no-mask", "cache-ignored", "new-first", "sqrt-C", "v-from-k-cache",
+                            "k-from-v-cache"]
                 if with_kv and nh != n_kv:
                     flavours.insert(0, "tiled")
                 variants = {MISTAKES[f]: chained(w64, x.double(), chunks, nh, n_kv, f)[0] for f in flavours}

@@ -188,7 +188,8 @@ check_rope, check_rope_hidden = visible_and_hidden("check_rope", _probe_rope, _j
 
 def rotary_chained(weights, x, chunks, nh, flavour="right"):
     """Rotary attention chunk by chunk; ``flavour``: ``right``, ``rotate-values``, ``positions-restart``
-    (each call's positions start at 0), ``no-rotation`` (plain causal attention)."""
+    (each call's positions start at 0), ``no-rotation`` (plain causal attention), ``rotate-after-concat``
+    (every key rotated after joining the cache: the cached ones twice)."""
     B, _, C = x.shape
     hs = weights["query.weight"].shape[0] // nh
     outs, cache, start = [], None, 0
@@ -203,11 +204,14 @@ def rotary_chained(weights, x, chunks, nh, flavour="right"):
 
         q, k, v = heads("query.weight"), heads("key.weight"), heads("value.weight")
         if flavour != "no-rotation":
-            q, k = known_good_rope(q, positions), known_good_rope(k, positions)
+            q = known_good_rope(q, positions)
+            k = k if flavour == "rotate-after-concat" else known_good_rope(k, positions)
         if flavour == "rotate-values":
             v = known_good_rope(v, positions)
         if cache is not None:
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        if flavour == "rotate-after-concat":  # the cached keys, already turned, are turned again
+            k = known_good_rope(k, torch.arange(k.shape[2]))
         cache = (k, v)
         mask = causal_with_past(T_new, k.shape[2])
         scores = (q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~mask, float("-inf"))
@@ -222,6 +226,8 @@ ROTARY_MISTAKES = {
     "positions-restart": "the positions restart at 0 in every call: the new rows are at T_past ... T_past + T_new - 1, "
     "T_past being the cache's length",
     "no-rotation": "neither queries nor keys were rotated: call apply_rope on both, at the new rows' positions",
+    "rotate-after-concat": "the keys were rotated after joining the cache, so the cached keys, stored already "
+    "rotated, were rotated a second time: rotate only the new keys, at T_past ... T_past + T_new - 1, then concatenate",
 }
 
 # (seed, B, C, hs, nh, chunks, dtype)

@@ -102,6 +102,10 @@ def _run_case(get_batch, case: Case) -> dict:
         run["other_seed"] = call(_gen(case.seed + 77))
         g = _gen(1000 + case.seed)
         run["many"] = [call(g) for _ in range(case.draws)]
+        run["no_generator"] = []  # generator=None: the global random numbers, set by torch.manual_seed
+        for seed in (31, 32):
+            torch.manual_seed(seed)
+            run["no_generator"].append(call(None))
     except Exception as exc:  # noqa: BLE001 - the judge explains the error
         run = caught(exc, {"B": case.B, "T": case.T, "N": case.N})
         retries = []
@@ -283,6 +287,14 @@ def _judge(cases):
                     f"{what}: in each of the {len(starts)} batches the rows start at consecutive positions "
                     f"(e.g. {starts[0].tolist()}): one random start and its neighbours are not independent "
                     "windows. Draw batch_size starts, each uniform over 0 .. len(ids) - block_size - 1."
+                )
+            alone = run.get("no_generator") or []
+            if case.n_starts ** case.B > 1000 and len(alone) == 2 and _same(*alone):
+                raise CheckFailed(
+                    f"{what}: called without a generator (generator=None) after torch.manual_seed(31) and after "
+                    "torch.manual_seed(32), it gave the same batch: with None the starts must come from PyTorch's "
+                    "global random numbers (a torch.Generator() made inside the function starts from the same "
+                    "state every call). Pass generator=generator to torch.randint: None means the global one."
                 )
             if _same(first, other) and case.n_starts > 1:
                 raise CheckFailed(
