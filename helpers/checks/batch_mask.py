@@ -155,7 +155,17 @@ def _judge_mask(cases):
     return judge
 
 
+def _rows_reordered(case, rng):
+    """While grading: the same rows in another order (the description says which)."""
+    name, lengths, T_total, T_new = case
+    order = rng.sample(lengths, len(lengths))
+    for said, now in ((", ".join(map(str, lengths)), ", ".join(map(str, order))),
+                      (f"{', '.join(map(str, lengths[:-1]))} and {lengths[-1]}", f"{', '.join(map(str, order[:-1]))} and {order[-1]}")):
+        name = name.replace(said, now)
+    return name, order, T_total, T_new
+
+
 check_batch_mask, check_batch_mask_hidden = visible_and_hidden(
-    "check_batch_mask", _probe_mask, _judge_mask, MASK_CASES, MASK_HIDDEN_CASES)
+    "check_batch_mask", _probe_mask, _judge_mask, MASK_CASES, MASK_HIDDEN_CASES, _rows_reordered)
 
 __all__ = ["check_batch_mask", "check_batch_mask_hidden", "expected_mask_and_positions", "generate_batch_with"]

@@ -166,10 +166,21 @@ def pairs_reading(ids, got, expected):
     return f"your dict holds {extra[0]}, which is not a pair of neighbours in ids"
 
 
-def make_checks(name, call, cases, hidden_cases, label, expected_of, variants_of, describe_case, summary, **options):
+def make_checks(name, call, cases, hidden_cases, label, expected_of, variants_of, describe_case, summary, vary=None, **options):
     """The visible check and its hidden twin: the same probe and judge on other cases."""
     judging = (label, expected_of, variants_of, describe_case, summary)
-    return visible_and_hidden(name, lambda c: _probe(c, call, label), lambda c: _judge(c, *judging, **options), cases, hidden_cases)
+    return visible_and_hidden(name, lambda c: _probe(c, call, label), lambda c: _judge(c, *judging, **options), cases,
+                              hidden_cases, vary)
+
+
+def _shifted(case, rng):
+    """While grading: every id (the pair's and the new id too) moved by one offset: the same
+    repeats and overlaps, other numbers."""
+    offset = rng.randint(1, 5000)
+    if isinstance(case, list):
+        return [i + offset for i in case]
+    ids, pair, new_id = case
+    return [i + offset for i in ids], tuple(i + offset for i in pair), new_id + offset
 
 
 def reference(name, unpack=lambda case: (case,)):
@@ -185,7 +196,7 @@ _PAIR_SUMMARY = ("count_pairs: overlapping runs ([97, 97, 97] holds (97, 97) twi
                  "return a dict {(a, b): count}.")
 check_count_pairs, check_count_pairs_hidden = make_checks(
     "check_count_pairs", _copying_call, PAIR_CASES, PAIR_HIDDEN_CASES, "count_pairs", reference("count_pairs"), pair_variants, repr,
-    _PAIR_SUMMARY, reading=pairs_reading, ordered=True)
+    _PAIR_SUMMARY, _shifted, reading=pairs_reading, ordered=True)
 
 # ---------------------------------------------------------------------------------------------
 # merge(ids, pair, new_id) -> ids with every (non-overlapping) occurrence replaced, from the left
@@ -233,7 +244,7 @@ _MERGE_SUMMARY = ("merge: every occurrence replaced from the left, overlapping r
 check_merge, check_merge_hidden = make_checks(
     "check_merge", lambda fn, case: _copying_call(fn, *case), MERGE_CASES, MERGE_HIDDEN_CASES, "merge",
     reference("merge", lambda c: (list(c[0]), c[1], c[2])), merge_variants,
-    lambda c: ", ".join(map(repr, c)), _MERGE_SUMMARY, reading=merge_reading)
+    lambda c: ", ".join(map(repr, c)), _MERGE_SUMMARY, _shifted, reading=merge_reading)
 
 # ---------------------------------------------------------------------------------------------
 # train_bpe(text, n_merges) -> {pair: new_id}, in the order learnt

@@ -180,7 +180,16 @@ def _judge_rope(cases):
     return judge
 
 
-check_rope, check_rope_hidden = visible_and_hidden("check_rope", _probe_rope, _judge_rope, ROPE_CASES, ROPE_HIDDEN_CASES)
+def _later_positions(case, rng):
+    """While grading: the same shape, later positions (and so other numbers in x)."""
+    name, shape, start = case
+    new, T = start + rng.randint(1, 200), shape[-2]
+    name = name.replace(f"{start} ... {start + T - 1}", f"{new} ... {new + T - 1}").replace(f"position {start}", f"position {new}")
+    return name, shape, new
+
+
+check_rope, check_rope_hidden = visible_and_hidden("check_rope", _probe_rope, _judge_rope, ROPE_CASES, ROPE_HIDDEN_CASES,
+                                                   _later_positions)
 
 # ---------------------------------------------------------------------------------------------
 # RotarySelfAttention(emb_dim, head_dim, n_heads).forward(x, cache) -> (out, (k, v))
