@@ -83,6 +83,9 @@ def _rows_added(x: torch.Tensor, got: torch.Tensor, table: torch.Tensor, tol: fl
     each = f"at positions 0 ... {x.shape[-2] - 1} rows {shown[0]}"
     if len(set(shown)) > 1:
         each = "; ".join(f"in sequence {b}, rows {s}" for b, s in enumerate(shown[:3])) + ("; ..." if len(shown) > 3 else "")
+    T = x.shape[-2]
+    if T > 1 and (rows == torch.arange(T - 1, -1, -1)).all():
+        each += ": the positions run in reverse (counted back from the last token)"
     return (
         f"the vectors your function adds to x are rows of the table, but not rows 0 ... T-1: {each} "
         "(position t needs row t, the same rows for every sequence of the batch)"

@@ -284,6 +284,10 @@ def _top_p_variants(logits, p, expected):
             back((asc_probs.cumsum(dim=-1) - asc_probs) >= p, asc_order),
         "you kept the tokens that should be removed and removed the nucleus (the comparison is the wrong "
         "way round)": back((cum - sorted_probs) < p),
+        "you compared each token's own probability with p: top-p keeps the most likely tokens until their "
+        "cumulative (running) sum reaches p, whatever each one's own probability": logits.masked_fill(probs < p, -INF),
+        "you kept the tokens whose own probability is below p: top-p keeps the most likely tokens until their "
+        "cumulative (running) sum reaches p": logits.masked_fill(probs >= p, -INF),
         "you summed the logits, not the probabilities: take the softmax first, and add up probabilities":
             back((logits.sort(dim=-1, descending=True).values.cumsum(-1) - logits.sort(dim=-1, descending=True).values) >= p),
         "you put 0 instead of -inf on the removed tokens: exp(0) = 1 still gives them probability "

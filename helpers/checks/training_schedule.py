@@ -123,6 +123,9 @@ def _variants(case) -> dict[str, list[float]]:
         "after the last step the learning rate climbs back up: the progress of the decay must stop at "
         "1 (min(1, ...)), so every step from the last one on gets min_lr":
             schedule(after=lambda s: _cos(lr, min_lr, (s - warmup) / decay)),
+        "the cosine runs a whole period (cos(2 pi progress)), so the rate falls and climbs back to lr; the "
+        "decay is half a period, cos(pi * progress), from lr down to min_lr":
+            schedule(after=lambda s: _cos(lr, min_lr, 2 * min(1.0, (s - warmup) / decay))),
         "a linear decay, not a cosine: use min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2":
             schedule(after=lambda s: lr - (lr - min_lr) * min(1.0, (s - warmup) / decay)),
     }
