@@ -512,6 +512,8 @@ def test_clashes_that_name_their_likely_cause(cell):
     assert "table (11, 7) would fit transposed: table.T is (7, 11)" in untransposed
     front = explain_exception(raised(cell["mask_from_front"], torch.randn(2, 6, 6)))
     assert "future (2, 2) has the batch size B on every axis" in front and "x.shape[-1]" in front
+    heads = explain_exception(raised(cell["mask_from_front"], torch.randn(2, 6, 6), sizes={"nh": 2, "T": 6}))  # nh in front
+    assert "future (2, 2) has size 2 on every axis, the size of axis 0 of scores (2, 6, 6)" in heads
 
 
 def test_every_cause_hint_is_the_start_of_a_hint_the_layer_writes():

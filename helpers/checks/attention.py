@@ -40,7 +40,8 @@ from helpers.reference import attention as ref
 
 # (seed, batch shape, T, dtype): one plain matrix, then batched ones of other sizes
 MASK_CASES = [(0, (), 6, torch.float32)]
-MASK_HIDDEN_CASES = [(1, (2,), 5, torch.float64), (2, (3, 2), 9, torch.float32), (3, (), 1, torch.float64)]
+MASK_HIDDEN_CASES = [(1, (2,), 5, torch.float64), (2, (3, 2), 9, torch.float32), (3, (), 1, torch.float64),
+                     (4, (), 70, torch.float32)]  # longer than a table of a usual size (64)
 
 
 def _scores(seed: int, batch: tuple, T: int, dtype: torch.dtype) -> torch.Tensor:

@@ -32,7 +32,8 @@ from helpers.reference import language_models as ref
 # (seed, leading shape, V, kind, dtype). kind: "normal" (randn * 3), "large" (every row near
 # +1000: a naive exp overflows), "spread" (one row near +600, one near -600: a single maximum for
 # the whole tensor underflows), "uniform" (all zeros: the loss is ln V), "far" (each target's
-# logit 800 below its row's largest: its softmax underflows to 0, so log(softmax) is -inf).
+# logit 800 below its row's largest: its softmax underflows to 0, so log(softmax) is -inf),
+# "transposed" (logits and targets not contiguous, as after a transpose: .view cannot flatten them).
 CE_CASES = [
     (50, (2, 3), 7, "normal", torch.float64),
     (51, (4,), 9, "normal", torch.float64),
@@ -45,6 +46,7 @@ CE_HIDDEN_CASES = [
     (56, (2, 5), 3, "large", torch.float32),
     (57, (4, 2, 3), 11, "normal", torch.float64),
     (58, (3,), 5, "far", torch.float64),
+    (59, (3, 4), 5, "transposed", torch.float32),
 ]
 _LARGE = {torch.float32: 100.0, torch.float64: 1000.0}  # exp overflows beyond 88.7 and 709.8
 
@@ -64,6 +66,8 @@ def _ce_inputs(seed, lead, V, kind, dtype):
         rows = torch.arange(targets.numel())
         flat = logits.reshape(-1, V)  # (N, V), a view: the targets' logits drop far below their rows' largest
         flat[rows, targets.reshape(-1)] = flat.max(dim=-1).values - 800.0
+    if kind == "transposed":  # the same numbers, laid out (T, B, ...) in memory: not contiguous, as after a transpose
+        return logits.to(dtype).transpose(0, 1).contiguous().transpose(0, 1), targets.T.contiguous().T
     return logits.to(dtype), targets
 
 

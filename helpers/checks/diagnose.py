@@ -1033,7 +1033,8 @@ def _dropped_axis(a: int, b: int, values) -> str:
 
 #: how the hints that name a likely cause of a broadcast clash begin (``_transposed_pair`` ...): a
 #: check may count an error explained by one of them as a named mistake rather than a crash
-CAUSE_HINTS = ("is the shape of", "Both sides are 1-D", "has the batch size B on every axis", "inserts a size-1 axis",
+CAUSE_HINTS = ("is the shape of", "Both sides are 1-D", "has the batch size B on every axis",
+               "on every axis, the size of axis", "inserts a size-1 axis",
                "reduced over its last axis", "reverses all", "would fit transposed")
 
 
@@ -1062,14 +1063,22 @@ def _outer_pair(a: int, b: int, k: int, values) -> str:
 
 def _built_from_batch(values, sizes) -> str:
     """A square tensor of the line whose every axis has the batch size: a size read from the front."""
-    if not sizes or "B" not in sizes:
-        return ""
     for name, v in values:
-        if (isinstance(v, torch.Tensor) and v.dim() >= 2 and len(set(v.shape)) == 1
+        if (sizes and "B" in sizes and isinstance(v, torch.Tensor) and v.dim() >= 2 and len(set(v.shape)) == 1
                 and _letter(int(v.shape[0]), sizes) == "B"):
             return (f" {name} {tuple(v.shape)} has the batch size B on every axis: it was built from a size read "
                     "at the front of a batched tensor (x.shape[0] is B for (B, T, ...)); read sizes from the end, "
                     "x.shape[-1], so that one line serves a single input and a batch.")
+    for name, v in values:  # the same, from another leading axis of a tensor on the line
+        if not (isinstance(v, torch.Tensor) and v.dim() >= 2 and len(set(v.shape)) == 1):
+            continue
+        size = int(v.shape[0])
+        for other, u in values:
+            if isinstance(u, torch.Tensor) and u.dim() > v.dim() and int(u.shape[-1]) != size and size in u.shape[:-v.dim()]:
+                k = list(u.shape[:-v.dim()]).index(size)
+                return (f" {name} {tuple(v.shape)} has size {size} on every axis, the size of axis {k} of {other} "
+                        f"{tuple(u.shape)}: it was built from a size read at the front ({other}.shape[{k}]); read it "
+                        f"from the end, {other}.shape[-1], so that one line serves any number of leading axes.")
     return ""
 
 
