@@ -368,14 +368,16 @@ def test_limits_carry_the_salt_but_a_manifest_does_not_say_it():
 def test_salted_cases_keep_the_written_ones_first_and_add_varied_ones():
     from helpers.checks.core import SaltedCases, reseed, salted
 
-    written = [(7, (2,), 5), ("a text case", 3)]
+    written = [("a text case", 3), (7, (2,), 5)]
     cases = SaltedCases(written, reseed)
     assert list(cases) == written and len(cases) == 2  # a notebook: the inputs as written
-    with salted(99):
-        now = list(cases)
-        assert len(cases) == 3 and now[:2] == written  # the text case has no seed: not repeated
-        assert now[2][1:] == ((2,), 5) and now[2][0] != 7
-        assert list(cases) == now  # one salt, the same inputs (the probe's and the judge's)
+    for salt in (98, 99):  # whichever case the salt starts from, the one with a seed is varied
+        with salted(salt):
+            now = list(cases)
+            assert len(cases) == 3 and now[:2] == written  # the text case has no seed: never repeated
+            assert now[2][1:] == ((2,), 5) and now[2][0] != 7
+            assert list(cases) == now  # one salt, the same inputs (the probe's and the judge's)
     with salted(100):
         assert list(cases)[2] != now[2]
     assert list(cases) == written  # the salt ends with its block
+    assert list(SaltedCases([("text", 1)], reseed)) == [("text", 1)]

@@ -161,9 +161,9 @@ def _explain_error(exc: BaseException, sizes: dict[str, int] | None) -> str:
 
 def visible_and_hidden(name: str, probe, judge, cases, hidden_cases, vary=None) -> tuple["Check", "Check"]:
     """The visible check ``name`` on ``cases`` and ``name``_hidden on ``hidden_cases``: the same
-    probe and judge factories, other inputs. While grading, ``vary(case, rng)`` adds to each case
-    one with new inputs of the same kind (:class:`SaltedCases`); the default, :func:`reseed`,
-    draws a new seed for cases that begin with one; ``False`` keeps the cases as written."""
+    probe and judge factories, other inputs. While grading, ``vary(case, rng)`` adds a case with
+    new inputs of the same kind (:class:`SaltedCases`); the default, :func:`reseed`, draws a new
+    seed for cases that begin with one; ``False`` keeps the cases as written."""
     if vary is not False:
         cases, hidden_cases = SaltedCases(cases, vary or reseed), SaltedCases(hidden_cases, vary or reseed)
     return (Check(name, probe(cases), judge(cases)),
@@ -206,21 +206,24 @@ def reseed(case, rng: random.Random):
 
 
 class SaltedCases(Sequence):
-    """A check's cases as written (salt 0); under a salt, the cases as written and then each
-    case ``i`` varied, ``vary(case, rng)`` with ``rng`` seeded by the salt and ``i`` (a case
-    ``vary`` gives back unchanged is not repeated). The cases as written come first, so a mistake
-    fails where the notebook showed it, with the same message; the varied ones catch an answer
-    that only knows the written inputs."""
+    """A check's cases as written (salt 0); under a salt, the cases as written and then one of
+    them varied: ``vary(case, rng)``, ``rng`` seeded by the salt, for the first case (from one the
+    salt picks) that ``vary`` changes. The cases as written come first, so a mistake fails where
+    the notebook showed it, with the same message; the varied one fails an answer that only
+    knows the written inputs, at the cost of one case more."""
 
     def __init__(self, cases, vary):
         self._cases, self._vary = list(cases), vary
 
     def _now(self) -> list:
-        salt = current_salt()
-        if not salt:
+        salt, n = current_salt(), len(self._cases)
+        if not salt or not n:
             return self._cases
-        varied = [self._vary(case, random.Random(f"{salt}:{i}")) for i, case in enumerate(self._cases)]
-        return self._cases + [new for new, case in zip(varied, self._cases, strict=True) if new is not case]
+        for i in ((salt + k) % n for k in range(n)):
+            new = self._vary(self._cases[i], random.Random(f"{salt}:{i}"))
+            if new is not self._cases[i]:
+                return [*self._cases, new]
+        return self._cases
 
     def __getitem__(self, index):
         return self._now()[index]
