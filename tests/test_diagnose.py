@@ -388,6 +388,10 @@ def centred(x):
     mean = x.mean(dim=-1)
     return x - mean
 
+def normalised(x):
+    mean, var = x.mean(dim=-1), x.var(dim=-1)
+    return (x - mean.unsqueeze(-1)) / var
+
 def offset(x):
     bias = torch.zeros(5, dtype=x.dtype)
     return x + bias
@@ -487,8 +491,10 @@ def test_exception_shows_the_students_line_and_the_tensors_on_it(cell):
 def test_a_reduction_that_dropped_its_axis_is_suggested_with_keepdim(cell):
     text = explain_exception(raised(cell["centred"], X))
     assert "x: float64 (2, 6, 7) = (B, T, C)" in text and "the other 6 (T)" in text
-    assert "If one side is x (2, 6, 7) reduced over its last axis, it has shape (2, 6)" in text
+    assert "mean (2, 6) is x (2, 6, 7) reduced over its last axis" in text
     assert "keepdim=True" in text
+    both = explain_exception(raised(cell["normalised"], X))  # mean is given its axis back, var is not
+    assert "var (2, 6) is x (2, 6, 7) reduced over its last axis" in both and "mean (2, 6) is" not in both
     other = explain_exception(raised(cell["offset"], X))  # 7 against 5: no reduction of x explains it
     assert "the other 5" in other and "keepdim" not in other
 

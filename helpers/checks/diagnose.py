@@ -1018,6 +1018,22 @@ def _bad_indices(frame, source: str) -> list[str]:
     return found
 
 
+def _kept_no_axis(values, source: str) -> str:
+    """A tensor of the line whose shape is another's without its last axis: a reduction without
+    keepdim (one that the line gives its axis back, ``.unsqueeze(-1)`` or ``[..., None]``, is not it)."""
+    code = source.split("#")[0].replace(" ", "")
+    tensors = [(name, v) for name, v in values if isinstance(v, torch.Tensor)]
+    for name, v in tensors:
+        if f"{name}.unsqueeze(-1)" in code or f"{name}[...,None]" in code or f"{name}.unsqueeze({v.dim()})" in code:
+            continue
+        for other, u in tensors:
+            if u.dim() >= 2 and v.dim() == u.dim() - 1 and tuple(v.shape) == tuple(u.shape[:-1]) and u.shape[-1] != u.shape[-2]:
+                return (f" {name} {tuple(v.shape)} is {other} {tuple(u.shape)} reduced over its last axis: a mean, sum "
+                        "or var without keepdim=True drops that axis, and what is left lines up against the wrong "
+                        "one; pass keepdim=True so that it stays as size 1 and broadcasts.")
+    return ""
+
+
 def _dropped_axis(a: int, b: int, values) -> str:
     """Sizes ``a`` and ``b`` clash where a tensor of the line, shape (..., a or b, b or a), met itself
     reduced over its last axis: a sum/mean/max without keepdim=True drops the axis, and what is left
@@ -1165,7 +1181,8 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
             f"{_operation(source)}: at dimension {k} of the broadcast shape one has size {n(a)}, the other "
             f"{n(b)}; they must be equal, or one of them 1." + _reversed_axes(values)
             + (_transposed_pair(values) or _outer_pair(int(a), int(b), int(k), values)
-               or _built_from_batch(values, sizes) or _unsqueezed(source) or _dropped_axis(int(a), int(b), values))
+               or _built_from_batch(values, sizes) or _kept_no_axis(values, source) or _unsqueezed(source)
+               or _dropped_axis(int(a), int(b), values))
         )
     m = re.search(r"expected scalar type (\w+) but found (\w+)", text) or re.search(
         r"expected (?:m1 and m2|mat1 and mat2|both vectors|self and \w+) to have the same dtype, but got:? (\w+) != (\w+)", text
