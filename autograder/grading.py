@@ -106,6 +106,8 @@ class NotebookResult:
     wall_s: float = 0.0
     output_tail: str = ""
     note: str = ""
+    #: cells of the student's own (no exercise's) killed for running past their alarm
+    stuck_cells: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -343,7 +345,7 @@ def _judged(lesson: Lesson, path: Path, student: str, steps: list[Step], found: 
                      f"{'was' if len(extra) == 1 else 'were'} killed; the notebook was graded without "
                      f"{'it' if len(extra) == 1 else 'them'}")
     return NotebookResult(student, lesson.assignment, lesson.filename, exercises, job.wall_s, job.output_tail,
-                          "; ".join(notes))
+                          "; ".join(notes), extra)
 
 
 def locate(submitted: Path, student: str, lesson: Lesson) -> Path | None:

@@ -66,7 +66,7 @@ def write_reports(results: list[NotebookResult], out: Path, submitted: Path | li
     eyes = frame[frame["status"].isin(NEEDS_EYES)]
     stuck = [{"student_id": r.student, "assignment": r.assignment, "notebook": r.notebook, "exercise": "(notebook)",
               "score": 0.0, "max_score": 0.0, "status": "timeout", "message": r.note}
-             for r in results if "ran past" in r.note]  # a cell of its own that was killed: no exercise shows it
+             for r in results if r.stuck_cells]  # a cell of its own that was killed: no exercise shows it
     if stuck:
         eyes = pd.concat([eyes, pd.DataFrame(stuck, columns=frame.columns)], ignore_index=True)
     eyes.to_csv(out / "needs_attention.csv", index=False)
