@@ -17,13 +17,12 @@ import math
 import torch
 
 from helpers.checks.core import (
-    Check,
     CheckFailed,
-    SaltedCases,
     close,
     expect_callable,
     first_mismatch,
     runs,
+    visible_and_hidden,
 )
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
@@ -159,12 +158,11 @@ def _shuffled(case, rng):
 
 
 def _filter_checks(name: str, fn: str, arg: str, cases, hidden_cases, reference, variants, summary, hints=None, **kw):
-    checks = []
-    for suffix, group in (("", SaltedCases(cases, _shuffled)), ("_hidden", SaltedCases(hidden_cases, _shuffled))):
+    def judge(group):
         text = f"{fn}: " + ", ".join(f"{c[0]} ({arg}={c[2]})" for c in group) + f": {summary}"
-        judge = _judge_filter(fn, arg, group, reference, variants, hints or (lambda *_: ()), text, **kw)
-        checks.append(Check(f"check_{name}{suffix}", _probe_filter(fn, group), judge, hidden=bool(suffix)))
-    return checks
+        return _judge_filter(fn, arg, group, reference, variants, hints or (lambda *_: ()), text, **kw)
+
+    return visible_and_hidden(f"check_{name}", lambda group: _probe_filter(fn, group), judge, cases, hidden_cases, _shuffled)
 
 
 def _temperature_variants(logits, t, expected):
