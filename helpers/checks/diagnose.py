@@ -1078,7 +1078,8 @@ def _outer_pair(a: int, b: int, k: int, values) -> str:
 
 
 def _built_from_batch(values, sizes) -> str:
-    """A square tensor of the line whose every axis has the batch size: a size read from the front."""
+    """A square tensor of the line whose every axis has the batch size, or the size of another
+    leading axis of a tensor on the line: a size read from the front."""
     for name, v in values:
         if (sizes and "B" in sizes and isinstance(v, torch.Tensor) and v.dim() >= 2 and len(set(v.shape)) == 1
                 and _letter(int(v.shape[0]), sizes) == "B"):
