@@ -766,3 +766,25 @@ def test_a_term_scaled_by_a_square_root_is_read_from_the_difference():
     said = difference_from(out + (math.sqrt(6) - 1) * steps["mlp"], out, steps, 1e-9, 1e-9)
     assert said.startswith("1.449 × the output of mlp") and "= sqrt(6)" in said
     assert "sqrt" not in difference_from(out + 2 * steps["mlp"], out, steps, 1e-9, 1e-9)  # 3 is a whole number
+
+
+def test_nan_and_inf_name_where_they_come_from():
+    e = torch.tensor([[0.5, -1.0], [2.0, 0.25]], dtype=torch.float64)
+    nan = explain_mismatch(e, e.masked_fill(torch.eye(2, dtype=torch.bool), float("nan")), what="w", atol=1e-9, rtol=1e-9)
+    assert "a 0/1 mask multiplied by -inf gives NaN" in nan and "overflow" not in nan
+    inf = explain_mismatch(e, e.masked_fill(torch.eye(2, dtype=torch.bool), float("inf")), what="w", atol=1e-9, rtol=1e-9)
+    assert "overflow" in inf and "NaN comes from" not in inf
+
+
+def _from_the_front(k):
+    return k.transpose(1, 2)
+
+
+def _past_the_front(k):
+    return k.transpose(-3, -1)
+
+
+def test_a_positive_dim_past_the_last_axis_is_told_to_count_from_the_end():
+    text = explain_exception(raised(_from_the_front, torch.zeros(4, 3)))
+    assert "dim=2 does not exist" in text and "Count the axes from the end" in text
+    assert "Count the axes" not in explain_exception(raised(_past_the_front, torch.zeros(4, 3)))

@@ -6,11 +6,15 @@ Nothing here runs a notebook; the whole file runs in about a second.
 
 from __future__ import annotations
 
+import math
+from functools import partial
+
 import pytest
 import torch
 from torch import nn
 
-from helpers.checks.core import CheckFailed
+from helpers.checks.causal import attend, fitted_scale
+from helpers.checks.core import CheckFailed, decode, describe, encode, expect_default_dtype
 from helpers.checks.errors import attempt, caught, outcome, raise_caught, same_behaviour
 from helpers.checks.verdict import (
     first_leak,
@@ -179,3 +183,38 @@ def test_a_layer_built_inside_forward_is_named():
     assert "outside" not in attempt(lambda m, x: nn.GELU()(m(x)), Tiny(), torch.zeros(2, 3))  # no weights: harmless
     failing = attempt(lambda m, x: nn.Linear(4, 2)(m(x)), Tiny(), torch.zeros(2, 3))
     assert "Forward called nn.Linear(in_features=4, out_features=2)" in failing["explained"]
+
+
+class BuiltInFloat64(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(3, 2).double()  # a NumPy habit: float64 everywhere
+
+
+def test_a_module_built_in_another_dtype_is_named_before_the_check_converts_it():
+    with pytest.raises(CheckFailed, match=r"layer.weight is created as torch.float64, not PyTorch's default"):
+        expect_default_dtype(BuiltInFloat64(), "BuiltInFloat64()")
+    expect_default_dtype(nn.Sequential(nn.Linear(3, 2), nn.LayerNorm(2)), "fine")  # returns quietly
+
+
+def test_a_numpy_value_is_described_as_one():
+    import numpy as np
+
+    said = describe(decode(encode(np.int64(5))))
+    assert said.startswith("a numpy.int64 (a NumPy value") and "int(...)" in said
+    assert describe(decode(encode(object()))) == "a object"
+
+
+def test_a_scale_of_the_scores_no_mistake_lists_is_found_and_named():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 5, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    run = partial(attend, q, k, v)
+    hs = 3
+    found = fitted_scale(run, run(scale=1 / (2 * hs)), C=7, T=5, hs=hs)  # `/ hs ** 1/2`
+    (label, output), = found.items()
+    assert "divided by 6 = 2 × head_dim" in label and "binds tighter than /" in label
+    assert torch.allclose(output, run(scale=1 / (2 * hs)), atol=1e-10)
+    (odd,) = fitted_scale(run, run(scale=0.3), C=7, T=5, hs=hs)
+    assert "multiplied by 0.3 " in odd and "binds" not in odd
+    assert fitted_scale(run, run(scale=1 / math.sqrt(hs)), C=7, T=5, hs=hs) == {}  # the right scale
+    assert fitted_scale(run, run(scale=0.3, mask="none"), C=7, T=5, hs=hs) == {}  # not a scale: no match

@@ -27,6 +27,7 @@ from helpers.checks.core import (
     CheckFailed,
     close,
     expect_callable,
+    expect_default_dtype,
     first_mismatch,
     runs,
     visible_and_hidden,
@@ -196,7 +197,9 @@ def _probe_head(cases):
             for seed, batch, T, C, hs, dtype in cases:
                 weights, x, replacement = _head_inputs(seed, batch, T, C, hs, dtype)
                 with student_case(legend(batch, T=T, C=C, hs=hs)):
-                    head = head_class(C, hs).to(dtype)
+                    head = head_class(C, hs)
+                    expect_default_dtype(head, f"{head_class.__name__}({C}, {hs})")
+                    head = head.to(dtype)
                     load_weights(head, weights, f"{head_class.__name__}({C}, {hs})", "three bias-free nn.Linear layers")
                     runs.append(run_causal(head, x, replacement))
         return {"runs": runs}
@@ -204,11 +207,12 @@ def _probe_head(cases):
     return probe
 
 
-def head_variants(weights, x, hs: int) -> dict[str, torch.Tensor]:
-    """What a head computes under each classic mistake (same weights and input)."""
+def head_variants(weights, x, hs: int, got=None) -> dict[str, torch.Tensor]:
+    """What a head computes under each classic mistake (same weights and input); ``got``, the
+    student's output, for a scale no mistake lists."""
     q, k, v = (x @ weights[f"{p}.weight"].T for p in ("query", "key", "value"))  # (B, T, hs)
     over = (0, "the batch") if x.dim() == 3 else None
-    return attention_variants(partial(attend, q, k, v), C=x.shape[-1], T=x.shape[-2], hs=hs, over=over)
+    return attention_variants(partial(attend, q, k, v), C=x.shape[-1], T=x.shape[-2], hs=hs, over=over, got=got)
 
 
 def _judge_head(cases):
@@ -231,7 +235,7 @@ def _judge_head(cases):
                 diagnosis = {"what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "hs"),
                              "sizes": legend(batch, T=T, C=C, hs=hs), "again": run.get("again"),
                              "alone": run.get("alone"), "dtype": dtype}
-                variants = partial(head_variants, {k: w.double() for k, w in weights.items()}, xd, hs)
+                variants = partial(head_variants, {k: w.double() for k, w in weights.items()}, xd, hs, run.get("out"))
                 judge_causal(run, head(xd), variants, diagnosis, reference=head, x=xd, noun="the head")
         shapes = ", ".join(f"x{(*c[1], c[2], c[3])}→{(*c[1], c[2], c[4])}" for c in cases)
         return f"AttentionHead: {shapes} match the reference, and no output moves when a later token changes."

@@ -86,9 +86,10 @@ def attend(q, k, v, *, scale, mask="causal", dim=-1, transposed=False):
     return (weights.masked_fill(future, 0.0) if mask == "after" else weights) @ v
 
 
-def attention_variants(run, *, C: int, T: int, hs: int, over=None) -> dict[str, torch.Tensor]:
+def attention_variants(run, *, C: int, T: int, hs: int, over=None, got=None) -> dict[str, torch.Tensor]:
     """The classic mistakes of scaled, masked attention: ``run(**kwargs)`` computes the layer with
-    ``attend``'s keyword arguments. ``over``: (dim, its name) a softmax without dim= picks."""
+    ``attend``'s keyword arguments. ``over``: (dim, its name) a softmax without dim= picks; ``got``:
+    the student's output, for a scale of the scores that none of them lists (``fitted_scale``)."""
     s = 1 / math.sqrt(hs)
     sizes = {"emb_dim": C, "T, the sequence length": T, "2 × head_dim": 2 * hs}
 
@@ -119,7 +120,45 @@ def attention_variants(run, *, C: int, T: int, hs: int, over=None) -> dict[str, 
             f"you took the softmax over axis {over[0]}, {over[1]}, instead of over the keys (dim=-1): "
             f"F.softmax without dim= picks dim={over[0]} for a {3 + over[0]}-D tensor"
         ] = run(scale=s, dim=over[0])
+    variants.update(fitted_scale(run, got, C=C, T=T, hs=hs))
     return variants
+
+
+def fitted_scale(run, got, *, C: int, T: int, hs: int) -> dict[str, torch.Tensor]:
+    """``{message: output}`` for the scale of the scores that reproduces ``got`` (within 1e-4; the
+    caller compares at the case's tolerance), found by a search: a log-spaced grid from 1e-4 to 100,
+    then a golden-section refinement. Any other factor than 1/sqrt(head_dim), named by the sizes it
+    matches; ``{}`` when there is none."""
+    if not isinstance(got, torch.Tensor) or not got.is_floating_point() or not bool(torch.isfinite(got).all()):
+        return {}
+    g = got.detach().double()
+
+    def gap(log_scale: float) -> float:
+        out = run(scale=math.exp(log_scale))
+        return float((out - g).abs().max()) if out.shape == g.shape else math.inf
+
+    lo, hi, n = math.log(1e-4), math.log(100.0), 120
+    grid = [lo + (hi - lo) * i / n for i in range(n + 1)]
+    best = min(range(n + 1), key=lambda i: gap(grid[i]))
+    a, b = grid[max(best - 1, 0)], grid[min(best + 1, n)]
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(80):
+        c, d = b - ratio * (b - a), a + ratio * (b - a)
+        a, b = (a, d) if gap(c) <= gap(d) else (c, b)
+    scale = math.exp((a + b) / 2)
+    if abs(scale * math.sqrt(hs) - 1) < 1e-6 or gap(math.log(scale)) > 1e-4 * max(1.0, float(g.abs().max())):
+        return {}  # the right scale, or none reproduces got (the caller compares at the case's tolerance)
+    divisor = 1 / scale
+    readings = {f"{hs} = head_dim": hs, f"{2 * hs} = 2 × head_dim": 2 * hs, f"{hs / 2:g} = head_dim / 2": hs / 2,
+                f"{hs * hs} = head_dim²": hs * hs, f"{C} = emb_dim": C, f"{T} = T": T,
+                f"sqrt({C}) = sqrt(emb_dim)": math.sqrt(C), f"sqrt({T}) = sqrt(T)": math.sqrt(T)}
+    named = [text for text, value in readings.items() if abs(divisor - value) <= 1e-4 * value]
+    how = f"divided by {' or '.join(named)}" if named else f"multiplied by {scale:.6g} (divided by {divisor:.6g})"
+    precedence = ("; `x / head_dim ** 1/2` divides by head_dim and then by 2, and `x / (head_dim ** 1/2)` by "
+                  "head_dim / 2: ** binds tighter than /, so 1/2 is not the exponent: write head_dim ** 0.5 or "
+                  "math.sqrt(head_dim)" if any(abs(divisor - v) <= 1e-4 * v for v in (2 * hs, hs / 2)) else "")
+    return {f"the scores are {how} where they should be divided by sqrt(head_dim) = sqrt({hs}) "
+            f"= {math.sqrt(hs):.6g}{precedence}": run(scale=scale)}
 
 
 def judge_causal(run: dict, expected: torch.Tensor, variants, diagnosis: dict, *, reference, x, noun) -> None:

@@ -327,7 +327,8 @@ def encode(value: Any) -> Any:
         return {str(k): encode(v) for k, v in value.items()}
     if isinstance(value, torch.Size):
         return list(value)
-    return {"__unsupported__": type(value).__name__}
+    kind = type(value)
+    return {"__unsupported__": kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"}
 
 
 class Unsupported:
@@ -381,7 +382,9 @@ def describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     if isinstance(value, Unsupported):
-        return f"a {value.what}"
+        numpy = (" (a NumPy value: return a Python number, int(...) or float(...), or a tensor, "
+                 "torch.from_numpy(...))" if value.what.startswith("numpy.") else "")
+        return f"a {value.what}{numpy}"
     if isinstance(value, (list, tuple)):  # a tuple arrives from the probe as a list
         items = ", ".join(describe(v) for v in value[:3]) + (", …" if len(value) > 3 else "")
         pair = (len(value) == 2 and all(isinstance(v, torch.Tensor) for v in value) and value[1].dtype == torch.int64
@@ -422,6 +425,19 @@ def expect_module_class(value: Any, name: str) -> None:
     """Fail unless ``value`` is a subclass of ``nn.Module`` (the class itself, not an instance)."""
     if not isinstance(value, type) or not issubclass(value, torch.nn.Module):
         raise CheckFailed(f"expected the class {name} (an nn.Module), got {describe(value)}")
+
+
+def expect_default_dtype(module: torch.nn.Module, what: str) -> None:
+    """Probe side, on a module just built: fail when a floating parameter or buffer is not in
+    PyTorch's default dtype. The checks convert the module with ``.to(dtype)`` before running it,
+    which would hide a ``.double()`` in ``__init__`` that makes float32 inputs fail in the notebook."""
+    default = torch.get_default_dtype()
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        if t.is_floating_point() and t.dtype != default:
+            raise CheckFailed(
+                f"{what}: {name} is created as {t.dtype}, not PyTorch's default {default}: a .double(), "
+                "dtype=... or NumPy array in __init__ makes the module reject float32 inputs (a matmul needs "
+                "both sides in one dtype). Build it as nn.Linear does; a caller converts it with .to(dtype).")
 
 
 def expect_tensor(value: Any, shape: tuple[int, ...], what: str) -> torch.Tensor:

@@ -377,7 +377,9 @@ def rule_dtype(c: _Case) -> str | None:
                 "dtype=x.dtype"
             )
         else:
-            reason = f"something converted the result to {name} (a .double() call, or a tensor created as {name})"
+            reason = (f"something converted the result to {name}: a .double() call, or a tensor created as {name} "
+                      "(dtype=torch.float64, or a NumPy array, float64 by default) mixed in "
+                      "and never cast back: end with .to(x.dtype), or make such tensors with dtype=x.dtype")
         return f"the output is {name} for a {wanted} input: {reason}. Evidence: dtype {name}, expected {wanted}.{agree}"
     return f"the output's dtype is {name}, {wanted} was expected. Evidence: dtype {name}."
 
@@ -412,8 +414,13 @@ def rule_nonfinite(c: _Case) -> str | None:
         where = _where(bad, c)
         spread = f" ({where})" if where else ""
         counts = ", ".join(x for x in (f"{nans} NaN" if nans else "", f"{infs} inf" if infs else "") if x)
+        causes = (" NaN comes from 0 × inf, inf - inf or 0 / 0 (a 0/1 mask multiplied by -inf gives NaN where it "
+                  "is 0: use masked_fill or torch.where), a softmax over a row that is -inf everywhere, or the "
+                  "sqrt or log of a negative number." if nans else
+                  " An infinity comes from an overflow (exp of a large number: subtract the maximum first), a "
+                  "division by zero or log(0).")
         return (
-            f"the output has {kind} values where the reference is finite{spread}. Evidence: "
+            f"the output has {kind} values where the reference is finite{spread}.{causes} Evidence: "
             f"{counts} of {g.numel()} entries; the first at index {first}, where {_num(e[first].item())} "
             "was expected."
         )
@@ -1051,7 +1058,7 @@ def _dropped_axis(a: int, b: int, values) -> str:
 #: check may count an error explained by one of them as a named mistake rather than a crash
 CAUSE_HINTS = ("is the shape of", "Both sides are 1-D", "has the batch size B on every axis",
                "on every axis, the size of axis", "inserts a size-1 axis",
-               "reduced over its last axis", "reverses all", "would fit transposed")
+               "reduced over its last axis", "reverses all", "would fit transposed", "Count the axes from the end")
 
 
 def _transposed_pair(values) -> str:
@@ -1208,6 +1215,8 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> str | No
             f"dim={got} does not exist: the tensor has only {ndim} ax{'is' if ndim == 1 else 'es'} (valid "
             f"dims {lo} to {hi}). The tensor has fewer axes than the code assumes (an unbatched input, "
             "or an axis summed away earlier)."
+            + (" Count the axes from the end (dim=-1 for the last, -2 for the one before it): the same line "
+               "then serves a single input and a batch." if got > hi else "")
         )
     m = re.search(r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)", text)
     if m:

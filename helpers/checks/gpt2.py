@@ -175,8 +175,11 @@ def gelu_variants(x: torch.Tensor, approximate: str) -> dict[str, torch.Tensor]:
     tanh_form = 0.5 * x * (1 + torch.tanh(c * (x + 0.044715 * x**3)))
     other = tanh_form if approximate == "none" else erf_form
     return {
-        f"you computed the other form: approximate={approximate!r} asks for the "
-        + ("exact erf form, 0.5 x (1 + erf(x / sqrt 2))" if approximate == "none" else "tanh form"): other,
+        f"you computed the other form, the {'tanh approximation' if approximate == 'none' else 'exact erf form'}: "
+        f"approximate={approximate!r} asks for the "
+        + ("exact erf form, 0.5 x (1 + erf(x / sqrt 2))" if approximate == "none" else "tanh form")
+        + ". Check the test on approximate, a string ('none' or 'tanh'): compare it, approximate == 'tanh' "
+        "(`if approximate:` is true for 'none' as well)": other,
         "the erf form needs erf(x / sqrt(2)), not erf(x)": 0.5 * x * (1 + torch.erf(x)),
         "the tanh form lost its cubic term: tanh(sqrt(2/pi) * (x + 0.044715 x^3))": 0.5 * x * (1 + torch.tanh(c * x)),
         "the tanh form's constant is sqrt(2/pi), about 0.798, not sqrt(2 pi)": 0.5 * x * (1 + torch.tanh(math.sqrt(2 * math.pi) * (x + 0.044715 * x**3))),

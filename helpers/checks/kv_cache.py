@@ -185,7 +185,9 @@ def _probe(with_kv: bool, cases):
         for case in cases:
             seed, B, C, hs, nh, n_kv, chunks, dtype = case
             args, (weights, x, mask), sizes = (C, hs, nh, *((n_kv,) if with_kv else ())), _inputs(case), case_legend(case)
-            module = cls(*args).to(dtype)
+            module = cls(*args)
+            core.expect_default_dtype(module, f"{cls.__name__}{args}")
+            module = module.to(dtype)
             load_weights(module, weights, f"{cls.__name__}{args}")
             run = run_chunked(module, x, chunks, sizes)
             if not with_kv:

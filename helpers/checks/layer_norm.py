@@ -19,6 +19,7 @@ from helpers.checks.core import (
     calls_to,
     close,
     describe,
+    expect_default_dtype,
     expect_module_class,
     expect_tensor,
     first_mismatch,
@@ -101,6 +102,7 @@ def _run_layer_norm_case(ln_class, seed, shape, eps, dtype) -> dict:
     x, weight, bias = _ln_inputs(seed, shape, dtype)
     C = shape[-1]
     ln = ln_class(C) if eps is None else ln_class(C, eps=eps)
+    expect_default_dtype(ln, _ln_name(C, eps))
     names = sorted(name for name, _ in ln.named_parameters())
     if names != ["bias", "weight"]:
         raise CheckFailed(

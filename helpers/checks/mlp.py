@@ -13,7 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.checks.core import CheckFailed, expect_module_class, need, runs, visible_and_hidden
+from helpers.checks.core import (
+    CheckFailed,
+    expect_default_dtype,
+    expect_module_class,
+    need,
+    runs,
+    visible_and_hidden,
+)
 from helpers.checks.errors import raise_caught
 from helpers.checks.verdict import judge_output, run_module, tolerance
 from helpers.params import num_parameters
@@ -46,6 +53,7 @@ def _probe_mlp(cases):
         for seed, C, H, batch, T, dtype in cases:
             weights, x = _mlp_inputs(seed, C, H, batch, T, dtype)
             mlp = mlp_class(C, H)
+            expect_default_dtype(mlp, f"MLP(emb_dim={C}, n_hidden={H})")
             inner = getattr(mlp, "model", None)
             run: dict = {
                 "params": {name: list(p.shape) for name, p in mlp.named_parameters()},

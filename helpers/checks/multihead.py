@@ -20,7 +20,13 @@ from functools import partial
 import torch
 
 from helpers.checks import causal
-from helpers.checks.core import CheckFailed, expect_module_class, runs, visible_and_hidden
+from helpers.checks.core import (
+    CheckFailed,
+    expect_default_dtype,
+    expect_module_class,
+    runs,
+    visible_and_hidden,
+)
 from helpers.checks.verdict import load_weights, tolerance
 from helpers.reference import multihead as ref
 
@@ -115,7 +121,7 @@ def mha_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
     return variants
 
 
-def csa_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
+def csa_variants(weights, x, nh: int, hs: int, got=None) -> dict[str, torch.Tensor]:
     """What the batched version returns under each classic mistake (same weights and input)."""
     xb = x.double() if x.dim() == 3 else x.double().unsqueeze(0)  # (B, T, C)
     B, T, C = xb.shape
@@ -176,7 +182,7 @@ def csa_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
     for name, plural in zip(PROJECTIONS, ("queries", "keys", "values"), strict=True):
         variants[f"you split the {plural} (only) with a single {view}, which mixes time steps and heads; view "
                  "as (B, T, nh, hs), then .transpose(1, 2), as for the others"] = run(odd=name)
-    variants.update(causal.attention_variants(run, C=C, T=T, hs=hs, over=(1, "the heads")))
+    variants.update(causal.attention_variants(run, C=C, T=T, hs=hs, over=(1, "the heads"), got=got))
     alone = "every position attends only to itself (its output is its own value, projected)"
     if x.dim() == 2:
         alone += (", as if the single sequence (T, C) were T sequences of one token: the batch axis goes "
@@ -237,6 +243,7 @@ def _reason(state: dict, x, what: str, kind: str, nh: int, hs: int):
 def _build(cls, kind, weights, C, hs, nh, dtype, what):
     """The student's module with the case's weights loaded (its parameters' names checked)."""
     module = cls(C, hs, nh)
+    expect_default_dtype(module, what)
     if kind == "mha":
         heads = getattr(module, "heads", None)
         if heads is not None and len({id(h) for h in heads}) < len(heads):
@@ -323,7 +330,8 @@ def _judge(kind: str, cases):
                 diagnosis = {"what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "C"),
                              "sizes": causal.legend(batch, T=T, C=C, hs=hs, nh=nh), "again": run.get("again"),
                              "alone": run.get("alone"), "dtype": dtype}
-                variants = partial(mha_variants if kind == "mha" else csa_variants, weights, x, nh, hs)
+                variants = (partial(mha_variants, weights, x, nh, hs) if kind == "mha" else
+                            partial(csa_variants, weights, x, nh, hs, got=run.get("out")))
                 causal.judge_causal(run, module(xd), variants, diagnosis, reference=module, x=xd, noun=name)
         shapes = ", ".join(f"x{(*c[1], c[2], c[3])} with nh={c[5]}, hs={c[4]}" for c in cases)
         return f"{name}: {shapes} match the reference, and no output moves when a later token changes."

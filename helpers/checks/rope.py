@@ -23,6 +23,7 @@ from helpers.checks.core import (
     close,
     describe,
     expect_callable,
+    expect_default_dtype,
     expect_module_class,
     first_mismatch,
     identify,
@@ -149,8 +150,11 @@ def _judge_rope(cases):
             if isinstance(out, torch.Tensor) and out.shape != expected.shape:  # which axis, and why
                 raise CheckFailed(explain_mismatch(expected, out, what=what, atol=0, rtol=0, axes=axes,
                                                    sizes=dict(zip(axes, x.shape, strict=True))))
-            if not isinstance(out, torch.Tensor) or out.dtype != x.dtype:
+            if not isinstance(out, torch.Tensor):
                 raise CheckFailed(f"{what} should return a {x.dtype} tensor of shape {tuple(x.shape)}, got {describe(out)}.")
+            if out.dtype != x.dtype:
+                raise CheckFailed(explain_mismatch(expected.to(x.dtype), out, what=what, atol=1e-5, rtol=1e-5, axes=axes,
+                                                   sizes=dict(zip(axes, x.shape, strict=True)), dtype=x.dtype))
             tol = 1e-10 if x.dtype == torch.float64 else 1e-5
             if close(expected, out, tol, tol):
                 continue
@@ -266,7 +270,9 @@ def _probe_rotary(cases):
             for case in cases:
                 seed, B, C, hs, nh, chunks, dtype = case
                 weights, x = _rotary_inputs(case)
-                module = cls(C, hs, nh).to(dtype)
+                module = cls(C, hs, nh)
+                expect_default_dtype(module, f"{cls.__name__}({C}, {hs}, {nh})")
+                module = module.to(dtype)
                 load_weights(module, weights, f"{cls.__name__}({C}, {hs}, {nh})")
                 runs.append(run_chunked(module, x.to(dtype), chunks, {"B": B, "C": C, "hs": hs, "nh": nh}))
             return {"runs": runs}

@@ -216,7 +216,9 @@ def _judge_greedy(rows, greedy, shapes) -> None:
             "without dividing by 0 or drawing at random."
         )
     if tuple(one.shape) != ():
-        raise CheckFailed(f"{what} on one row of shape (V,) should return a 0-d tensor, got shape {tuple(one.shape)}.")
+        raise CheckFailed(f"{what} on one row of shape (V,) should return a 0-d tensor, got shape {tuple(one.shape)}: "
+                          "argmax(dim=-1) of a (V,) row is already 0-d, so an axis of size 1 was kept or added "
+                          "(keepdim=True, an unsqueeze, or indexing with a list).")
     batch, want = greedy["batch"].get("out"), rows.argmax(dim=-1)
     if isinstance(batch, torch.Tensor) and tuple(batch.shape) == (rows.shape[1],):
         raise CheckFailed(f"{what} on a {tuple(rows.shape)} batch returned {rows.shape[1]} ids: take the argmax "

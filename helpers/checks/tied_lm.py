@@ -17,6 +17,7 @@ from helpers.checks.core import (
     CheckFailed,
     close,
     describe,
+    expect_default_dtype,
     expect_module_class,
     first_mismatch,
     need,
@@ -79,6 +80,7 @@ def _probe_lm(cases):
             sizes, ids_before = _lm_sizes(V, C, batch, T), ids.clone()
             # tied (the default): structure, then known weights in, logits out, one step on the embedding
             tied = lm_class(V, C)
+            expect_default_dtype(tied, f"BareBonesLM({V}, {C})")
             run: dict = {"tied": _structure(tied)}
             tied = tied.to(dtype)
             with torch.no_grad():

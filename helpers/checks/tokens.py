@@ -83,7 +83,8 @@ def _judge_encode_ok(text: str, run: dict) -> None:
     if not isinstance(out, torch.Tensor):
         raise CheckFailed(f"{what} should return a (T,) torch.long tensor, got {describe(out)}.")
     if out.dtype.is_floating_point:
-        empty = " (torch.tensor([]) is float32 unless you pass dtype=torch.long)" if not text else ""
+        empty = (" (an empty list has no ints to go by: torch.tensor([]) is float32 and np.array([]) float64 "
+                 "unless you pass the dtype)" if not text else "")
         raise CheckFailed(
             f"{what} returned a {out.dtype} tensor{empty}. Ids are integers: embedding tables only "
             "accept integer ids. Build it with torch.tensor(..., dtype=torch.long); "

@@ -308,7 +308,7 @@ def _judge(cases):
                     raise CheckFailed(
                         f"{what}: in {len(seen)} windows no window ever started at {last}, the last start "
                         f"that fits (len(ids) - block_size - 1 = {case.N} - {case.T} - 1): your windows "
-                        "never reach the last window. torch.randint(high, ...) draws from 0 to high - 1: "
+                        "never reach the last window, an off-by-one in the upper bound. torch.randint(high, ...) draws from 0 to high - 1: "
                         "high is the number of starts, len(ids) - block_size."
                     )
                 if missing:

@@ -206,8 +206,8 @@ def _judge(cases):
                         "A training step must put the model in training mode (model.train()) before the forward "
                         "pass: dropout and similar layers behave differently there." if case.start_in_eval else
                         f"step {k + 1} ran the forward pass in evaluation mode: do not call model.eval() in a "
-                        "training step; call model.train() (evaluation mode switches dropout off and is for "
-                        "measuring, not for learning)."))
+                        "training step; it runs in training mode, model.train() (evaluation mode switches dropout off "
+                        "and is for measuring, not for learning)."))
                 params = need(got.get("params"), dict)
                 if _same_params(expected[k]["params"], params):
                     continue

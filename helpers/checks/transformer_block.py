@@ -17,6 +17,7 @@ from torch import nn
 from helpers.checks.core import (
     CheckFailed,
     close,
+    expect_default_dtype,
     expect_module_class,
     runs,
     visible_and_hidden,
@@ -96,6 +97,7 @@ def _probe_block(cases):
 def _run_block_case(block_class, seed, batch, T, C, hs, nh, n_hidden, dtype) -> dict:
     weights, x, replacement = _block_inputs(seed, batch, T, C, hs, nh, n_hidden, dtype)
     block = block_class(C, hs, nh, n_hidden)
+    expect_default_dtype(block, f"TransformerBlock({C}, {hs}, {nh}, {n_hidden})")
     # Known-good norms in place of the student's LayerNorm (same names, same arithmetic), before
     # anything is checked, so that a mistake in the LayerNorm exercise (its parameters included)
     # does not cost this exercise's points.
@@ -194,7 +196,8 @@ def _judge_block(cases):
             if run.get("x_changed") is not False:
                 raise CheckFailed(
                     f"{what} modified its input x in place: `x += ...` writes into the caller's tensor "
-                    "(in a model, the embeddings). Write x = x + ... instead."
+                    "(in a model, the embeddings), and so does += on a view of x (x[:], x.view(...), a slice: "
+                    "views share x's memory; x.clone() copies). Write x = x + ... instead."
                 )
             tol = tolerance(dtype)
             with torch.no_grad():

@@ -19,6 +19,7 @@ import torch
 
 from helpers.checks.core import (
     CheckFailed,
+    expect_default_dtype,
     expect_module_class,
     first_mismatch,
     runs,
@@ -119,6 +120,7 @@ def _probe_lm(cases):
         for seed, fields, dtype, B, T in cases:
             config = ProbeConfig(**fields)
             model = model_class(config)
+            expect_default_dtype(model, "TransformerLM(config)")
             shapes = [(name, list(p.shape)) for name, p in model.named_parameters()]
             weights = _lm_weights(seed, shapes)
             model = model.to(dtype)
