@@ -277,17 +277,23 @@ def select_lessons(root: Path, only: list[str] | None = None) -> list[Lesson]:
 
 
 def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool,
-                 cell_timeout: int = CELL_TIMEOUT_S) -> list[str]:
+                 cell_timeout: int = CELL_TIMEOUT_S, executed: dict[str, dict] | None = None) -> list[str]:
     """Fill ``src`` with conf.py, index.md and each lesson folder (its notebook transformed,
-    its other files copied so relative paths work); returns the pages' docnames."""
+    its other files copied so relative paths work); returns the pages' docnames. ``executed``:
+    the pages :func:`execute_page` ran, one per lesson of ``course``, written as they are and not
+    run again."""
     docs, defaults = [], plot_titles(root)
+    if executed is not None:
+        missing = [lesson.assignment for lesson in course if lesson.assignment not in executed]
+        if missing:
+            raise CourseError(f"no executed page for {', '.join(missing)}")
     for lesson in course:
         folder = src / lesson.assignment
         shutil.copytree(
             lesson.path.parent, folder,
             ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.ipynb", CATALOGUE),
         )
-        nb = book_notebook(lesson.notebook, defaults)
+        nb = book_notebook(lesson.notebook, defaults) if executed is None else _ran(lesson, executed[lesson.assignment])
         (folder / lesson.filename).write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
         docs.append(f"{lesson.assignment}/{lesson.name}")
     lines = [f"# {COURSE_TITLE}", ""]
@@ -301,13 +307,38 @@ def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool,
     lines += ["", "```{toctree}", ":hidden:", ":maxdepth: 1", "", *docs, "```", ""]
     (src / "index.md").write_text("\n".join(lines), encoding="utf-8")
     include = ["index.md"] + [f"{doc}.ipynb" for doc in docs]
-    conf = CONF_PY.format(title=COURSE_TITLE, include=include, mode="force" if execute else "off",
+    conf = CONF_PY.format(title=COURSE_TITLE, include=include, mode="force" if execute and executed is None else "off",
                           timeout=int(cell_timeout), mathjax=MATHJAX_PATH)
     (src / "conf.py").write_text(conf, encoding="utf-8")
     (src / "_static").mkdir(exist_ok=True)
     (src / "_static" / "course.css").write_text(COURSE_CSS, encoding="utf-8")
     copy_mathjax(src / "_static")
     return docs
+
+
+def _ran(lesson: Lesson, page: dict) -> dict:
+    """An executed page, refused as the build's own run would be when one of its cells raised."""
+    for n, cell in enumerate(page["cells"]):
+        for output in cell.get("outputs", []) if cell["cell_type"] == "code" else []:
+            if output.get("output_type") == "error":
+                raise CourseError(f"{lesson.assignment}: cell {n} raised {output.get('ename')}: {output.get('evalue')}")
+    return page
+
+
+def execute_page(root: Path, lesson: Lesson, *, quick: bool = False, cell_timeout: int = CELL_TIMEOUT_S) -> dict:
+    """The lesson's page (:func:`book_notebook`), run top to bottom in the lesson's folder with the
+    build's kernel settings (figures inline, sharp when zoomed), errors kept as outputs: what
+    ``build_book(executed=...)`` takes, so that a caller who also needs the run (the tests) runs
+    each lesson once."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    page = nbformat.from_dict(book_notebook(lesson.notebook, plot_titles(root)))
+    with tempfile.TemporaryDirectory(prefix="transformer-course-kernel-") as tmp:
+        client = NotebookClient(page, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+                                resources={"metadata": {"path": str(lesson.path.parent)}})
+        client.execute(env=_build_env(root, Path(tmp), quick=quick))
+    return page
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,14 +428,16 @@ def _replace_output(built: Path, out: Path) -> None:
 
 
 def build_book(root: Path, out: Path, *, execute: bool = True, only: list[str] | None = None,
-               jobs: int = 1, quick: bool = False, cell_timeout: int = CELL_TIMEOUT_S, log=None) -> Path:
+               jobs: int = 1, quick: bool = False, cell_timeout: int = CELL_TIMEOUT_S, log=None,
+               executed: dict[str, dict] | None = None) -> Path:
     """Build the book of ``root``'s lessons into ``out`` and return the path of its index.html.
 
     ``execute`` runs every notebook (the slow part); ``only`` picks lessons by assignment name
     or number; ``jobs`` is Sphinx's ``-j`` (notebooks executed at once); ``quick`` runs lessons
     that train in their quick setting (``TRANSFORMER_COURSE_QUICK=1``); ``cell_timeout`` is the
-    seconds one cell may run. ``out`` is replaced when it holds an earlier book; any other
-    non-empty folder is refused.
+    seconds one cell may run. ``executed``: every page already run by :func:`execute_page`, by
+    assignment name; the build then runs nothing. ``out`` is replaced when it holds an earlier
+    book; any other non-empty folder is refused.
     """
     root, out = Path(root).resolve(), Path(out).resolve()
     if out == root or out in root.parents or out == root / SOLUTIONS or (root / SOLUTIONS) in out.parents:
@@ -413,7 +446,7 @@ def build_book(root: Path, out: Path, *, execute: bool = True, only: list[str] |
     with tempfile.TemporaryDirectory(prefix="transformer-course-book-") as tmp:
         src, html, doctrees = Path(tmp) / "src", Path(tmp) / "html", Path(tmp) / "doctrees"
         src.mkdir()
-        write_source(root, src, course, execute=execute, cell_timeout=cell_timeout)
+        write_source(root, src, course, execute=execute, cell_timeout=cell_timeout, executed=executed)
         cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-T", "-j", str(max(1, jobs)),
                "-d", str(doctrees), str(src), str(html)]
         proc = subprocess.Popen(cmd, cwd=src, env=_build_env(root, Path(tmp) / "ipython", jobs, quick), stdout=subprocess.PIPE,

@@ -5,6 +5,7 @@ import os
 import pytest
 from chromium import CHROMIUM, CHROMIUM_ARGS, missing
 from harness import generate_catalogue_tests
+from lesson_runs import LessonRuns, shared_folder
 
 # Lessons that train read this: tests run them in their quick setting (seconds, not minutes).
 os.environ.setdefault("TRANSFORMER_COURSE_QUICK", "1")
@@ -36,6 +37,12 @@ LONGEST_FIRST = ("test_lesson08.py", "test_lesson07.py", "test_lesson09.py", "te
 def pytest_collection_modifyitems(items):
     rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.fixture(scope="session")
+def lesson_runs(tmp_path_factory) -> LessonRuns:
+    """Each lesson's page, run once for the whole test run (tests/lesson_runs.py)."""
+    return LessonRuns(shared_folder(tmp_path_factory.getbasetemp()))
 
 
 # the real browser (tests/chromium.py) that tests/test_browser.py and

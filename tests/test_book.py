@@ -7,9 +7,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from lesson_runs import NO_NETWORK
 
 from autograder.book import book_notebook, build_book, write_source
-from autograder.course import HIDDEN_BEGIN, cell_source, lessons, nbgrader_meta
+from autograder.course import HIDDEN_BEGIN, CourseError, cell_source, lessons, nbgrader_meta
 from autograder.course import RELEASE_BLOCKS as BLOCKS
 from autograder.course import SOLUTION_MARKER as MARKER
 from autograder.release import TRIVIAL
@@ -19,10 +20,6 @@ LESSONS = lessons(ROOT)
 IDS = [lesson.assignment for lesson in LESSONS]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MARKERS = [marker for pair in BLOCKS for marker in pair]
-# what a network request from the build would go through: nothing listens there
-NO_NETWORK = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
-              "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
-              "ALL_PROXY": "http://127.0.0.1:9", "no_proxy": "", "NO_PROXY": ""}
 
 
 def missing(why: str):
@@ -116,21 +113,51 @@ def test_book_notebook_hides_what_it_must(lesson):
 # the built book
 
 
-@pytest.fixture(scope="module")
-def book(tmp_path_factory) -> Path:
+def book_tools():
     for module in ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx_design", "bs4"):
         try:
             __import__(module)
         except ImportError:
             missing(f"{module} is not installed")
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory, lesson_runs) -> Path:
+    """The whole book, built offline from the lessons' runs that tests/test_notebooks.py checks
+    (each lesson runs once in the test run, in its quick setting)."""
+    book_tools()
+    executed = lesson_runs.all_of(LESSONS)
     out = tmp_path_factory.mktemp("book") / "html"
     with pytest.MonkeyPatch.context() as mp:
         for name, value in NO_NETWORK.items():
             mp.setenv(name, value)
-        # training lessons in their quick setting; two notebooks executed at once (the 2 cores)
-        index = build_book(ROOT, out, execute=True, quick=True, jobs=2)
+        index = build_book(ROOT, out, executed=executed, jobs=2)
     assert index == out / "index.html" and index.exists()
     return out
+
+
+@pytest.mark.slow
+def test_the_build_runs_a_lesson_itself_when_given_no_run(tmp_path, monkeypatch):
+    """`transformer-course book` executes the pages during the build (myst-nb): one short lesson."""
+    book_tools()
+    for name, value in NO_NETWORK.items():
+        monkeypatch.setenv(name, value)
+    lesson = LESSONS[2]
+    index = build_book(ROOT, tmp_path / "html", only=[lesson.assignment], execute=True, quick=True)
+    soup = soup_of(page_of(index.parent, lesson))
+    assert soup.select("div.cell_output img"), "executed: the page has its figures"
+    assert not soup.select(".output.traceback, .output.error"), "no cell failed"
+
+
+def test_a_run_with_an_error_is_refused(tmp_path):
+    lesson = LESSONS[0]
+    page = book_notebook(lesson.notebook)
+    code = next(cell for cell in page["cells"] if cell["cell_type"] == "code")
+    code["outputs"] = [{"output_type": "error", "ename": "ValueError", "evalue": "boom", "traceback": []}]
+    with pytest.raises(CourseError, match="ValueError: boom"):
+        write_source(ROOT, tmp_path, [lesson], execute=True, executed={lesson.assignment: page})
+    with pytest.raises(CourseError, match="no executed page"):
+        write_source(ROOT, tmp_path / "other", [lesson], execute=True, executed={})
 
 
 def test_the_book_source_takes_no_catalogue(tmp_path):

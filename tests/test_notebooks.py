@@ -8,10 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 from jupyter_env import copy_course
-from nbclient import NotebookClient
 
 from autograder import lesson_checks  # noqa: F401 - registers every check
 from autograder.course import RELEASE, cell_source, check_calls, lessons, nbgrader_meta
@@ -35,38 +33,27 @@ def nbgrader_validate(path: Path, *extra: str) -> str:
     return done.stdout + done.stderr
 
 
-_EXECUTED: dict[str, nbformat.NotebookNode] = {}
-
-
-def executed_solution(lesson) -> nbformat.NotebookNode:
-    """The lesson's solution notebook, run top to bottom once (every cell, errors kept as
-    outputs); the two tests below read the same run."""
-    if lesson.assignment not in _EXECUTED:
-        nb = nbformat.read(lesson.path, as_version=4)
-        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(lesson.path.parent)}}).execute()
-        _EXECUTED[lesson.assignment] = nb
-    return _EXECUTED[lesson.assignment]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
-def test_solution_runs_top_to_bottom(lesson):
+def test_solution_runs_top_to_bottom(lesson, lesson_runs):
+    """The lesson's page as the book shows it (the solution without its hidden tests and
+    self-check), run once for the whole test run: no cell raises."""
     failed = [f"cell {n} ({cell.get('id')}): {out.get('ename')}: {out.get('evalue')}"
-              for n, cell in enumerate(executed_solution(lesson).cells) if cell.cell_type == "code"
+              for n, cell in enumerate(lesson_runs.one(lesson).cells) if cell.cell_type == "code"
               for out in cell.get("outputs", []) if out.get("output_type") == "error"]
     assert not failed, "\n".join(failed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
-def test_every_test_cell_passes_on_the_solution(lesson):
-    """What `nbgrader validate` decides on the solution (nbgrader's own rule for a test cell's
-    score), on the run above; the blank release below goes through the real command."""
+def test_every_test_cell_passes_on_the_solution(lesson, lesson_runs):
+    """What `nbgrader validate` decides on the solution's visible tests (nbgrader's own rule for
+    a test cell's score), on the run above; the hidden tests run when the lesson's tests grade the
+    solution, and the blank release below goes through the real command."""
     from nbgrader.utils import determine_grade, is_grade
 
     grades = {cell.metadata.nbgrader["grade_id"]: determine_grade(cell)
-              for cell in executed_solution(lesson).cells if is_grade(cell) and cell.cell_type == "code"}
+              for cell in lesson_runs.one(lesson).cells if is_grade(cell) and cell.cell_type == "code"}
     assert grades, "the lesson has test cells"
     failed = {gid: grade for gid, grade in grades.items() if grade[0] is not None and grade[0] < grade[1]}
     assert not failed, failed
