@@ -788,3 +788,15 @@ def test_a_positive_dim_past_the_last_axis_is_told_to_count_from_the_end():
     text = explain_exception(raised(_from_the_front, torch.zeros(4, 3)))
     assert "dim=2 does not exist" in text and "Count the axes from the end" in text
     assert "Count the axes" not in explain_exception(raised(_past_the_front, torch.zeros(4, 3)))
+
+
+def _mask_from_position_one(x):
+    T = x.shape[1]
+    scores = x @ x.transpose(-2, -1)  # (..., T, T)
+    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    return scores.masked_fill(future, float("-inf"))
+
+
+def test_a_square_built_from_another_size_than_its_neighbour_is_named():
+    text = explain_exception(raised(_mask_from_position_one, torch.zeros(8, 5), sizes={"T": 8, "C": 5}))
+    assert "future (5, 5) has the size C where scores (8, 8) has T: it was built from C where T was meant" in text

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import torch
 
 from helpers.checks import diagnose as layer
-from helpers.checks.core import CheckFailed
+from helpers.checks.core import CheckFailed, close, first_mismatch
 from helpers.checks.diagnose import CAUSE_HINTS, case_sizes, explain_parts
 from helpers.checks.verdict import first_leak, gradients, judge_output
 
@@ -73,7 +73,24 @@ def run_causal(module, x: torch.Tensor, replacement: torch.Tensor) -> dict:
     steps = layer.trace(module, x_before.clone(), with_inputs=True)
     return {"out": out, "x_changed": x_changed, "again": again, "alone": alone, "leaks": leaks, "steps": steps,
             "ignored": layer.unused_outputs(module, x_before.clone()), "grads": gradients(module, x_before),
-            "outside": outside}
+            "outside": outside, "longer": _longer(module, x_before)}
+
+
+def _longer(module, x: torch.Tensor) -> dict:
+    """The module, already called on x, called on x with one token more: its first T rows (causal:
+    they must equal the output on x), or the error; a mask or table kept from the first call shows."""
+    T = x.shape[-2]
+    try:
+        with torch.no_grad():
+            out = module(torch.cat([x, x[..., :1, :]], dim=-2))  # (..., T + 1, C)
+        return {"out": out[..., :T, :] if isinstance(out, torch.Tensor) and out.dim() >= 2 else out}
+    except Exception as exc:  # noqa: BLE001 - the judge says what it means
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+KEPT = ("the layer keeps something from its first call (a mask or table built once, sized for the first input, "
+        "and kept on self or in a global): build it in forward for each input's own T (or build it once for the "
+        "largest T and slice it)")
 
 
 def attend(q, k, v, *, scale, mask="causal", dim=-1, transposed=False):
@@ -170,3 +187,13 @@ def judge_causal(run: dict, expected: torch.Tensor, variants, diagnosis: dict, *
                  leak=lambda: first_leak(out, run.get("leaks"), tol, what, tail=": query {i} attends to key {j}"),
                  leak_means=", so the layer lets the future in: the causal mask is missing or wrong, or an operation "
                  "mixes time steps.")
+    longer, T = run.get("longer"), x.shape[-2]
+    if isinstance(longer, dict) and "error" in longer:
+        raise CheckFailed(f"{what}: right on this input, but then called on a longer one (T + 1 = {T + 1} tokens) it "
+                          f"raised {longer['error']}: {KEPT}.")
+    got = longer.get("out") if isinstance(longer, dict) else None
+    if isinstance(got, torch.Tensor) and (got.shape != expected.shape or not close(expected, got, tol, tol)):
+        evidence = first_mismatch(expected, got, tol, tol) if got.shape == expected.shape else f"shape {tuple(got.shape)}"
+        raise CheckFailed(f"{what}: right on this input, but then called on the same tokens and one more (T + 1 = "
+                          f"{T + 1}), its outputs for the first {T} positions changed, which a causal layer's cannot: "
+                          f"{KEPT}. Evidence: {evidence}.")

@@ -1056,7 +1056,7 @@ def _dropped_axis(a: int, b: int, values) -> str:
 
 #: how the hints that name a likely cause of a broadcast clash begin (``_transposed_pair`` ...): a
 #: check may count an error explained by one of them as a named mistake rather than a crash
-CAUSE_HINTS = ("is the shape of", "Both sides are 1-D", "has the batch size B on every axis",
+CAUSE_HINTS = ("is the shape of", "Both sides are 1-D", "has the batch size B on every axis", "was meant. A size read",
                "on every axis, the size of axis", "inserts a size-1 axis",
                "reduced over its last axis", "reverses all", "would fit transposed", "Count the axes from the end")
 
@@ -1103,6 +1103,15 @@ def _built_from_batch(values, sizes) -> str:
                 return (f" {name} {tuple(v.shape)} has size {size} on every axis, the size of axis {k} of {other} "
                         f"{tuple(u.shape)}: it was built from a size read at the front ({other}.shape[{k}]); read it "
                         f"from the end, {other}.shape[-1], so that one line serves any number of leading axes.")
+    squares = [(name, v, _letter(int(v.shape[0]), sizes)) for name, v in values
+               if isinstance(v, torch.Tensor) and v.dim() >= 2 and len(set(v.shape[-2:])) == 1]
+    for name, v, letter in squares:  # a (T, T) square beside one built from another size (C, C)
+        for other, u, wanted in squares:
+            if letter and wanted == "T" and letter not in ("B", "T") and v.shape[-2:] != u.shape[-2:]:
+                return (f" {name} {tuple(v.shape)} has the size {letter} where {other} {tuple(u.shape)} has {wanted}: "
+                        f"it was built from {letter} where {wanted} was meant. A size read at a fixed position "
+                        "(x.shape[1]) lands on another axis when the input has one axis fewer or more: read it "
+                        "from the end (T is x.shape[-2] for (..., T, C)).")
     return ""
 
 

@@ -191,12 +191,13 @@ def _probe(with_kv: bool, cases):
             load_weights(module, weights, f"{cls.__name__}{args}")
             run = run_chunked(module, x, chunks, sizes)
             if not with_kv:
-                T = mask.shape[-1]
+                T, given = mask.shape[-1], mask.clone()
                 try:
                     with torch.no_grad(), case_sizes({**sizes, "T": T}):
-                        run["masked"] = module(x[:, :T], None, mask)[0]
+                        run["masked"] = module(x[:, :T], None, given)[0]
                 except Exception as exc:  # noqa: BLE001
                     run["masked"] = caught(exc, {**sizes, "T": T})
+                run["mask_changed"] = not torch.equal(given, mask)
             runs.append(run)
         return {"runs": runs}
 
@@ -316,6 +317,9 @@ def _judge(with_kv: bool, name: str, cases):
                            if close(causal, got, tol, tol) else "use mask as given: True = may attend")
                     raise CheckFailed(f"{name} with mask= of shape {tuple(mask.shape)}: {why}. "
                                       f"Evidence: {first_mismatch(want, got, tol, tol)}.")
+                if run.get("mask_changed") is not False:
+                    raise CheckFailed(f"{name} changed the caller's mask= in place (logical_not_, masked_fill_, ...): "
+                                      "one mask serves every layer and every step; compute a new tensor, ~mask.")
         return (f"{name}: " + "; ".join(f"B={c[1]}, C={c[2]}, hs={c[3]}, nh={c[4]}" + (f", n_kv={c[5]}" if with_kv else "")
                                        + f", chunks {c[6]} ({str(c[7]).replace('torch.', '')})" for c in cases)
                 + ": the outputs equal one pass over the whole sequence, the cache holds every position's keys "

@@ -97,10 +97,12 @@ def mha_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
         if perm not in (order, rev):
             variants[f"the heads are concatenated in the order {perm}, not {order}"] = project(_merge(heads[..., perm, :, :]))
     for h in range(nh):
-        variants[
-            f"every head's block of the concatenation holds head {h}'s output: the heads share one set "
-            "of weights (call each head of self.heads once, on x)"
-        ] = project(_merge(heads[..., [h] * nh, :, :]))
+        why = ("one tensor was filled in place for every head (buffer[...] = head(x), or out= / copy_), so the list "
+               "holds the same tensor nh times and the last head's write wins (or every head uses the last one's "
+               "weights): append each head's own output, head(x)" if h == nh - 1 else
+               "the heads share one set of weights (call each head of self.heads once, on x)")
+        variants[f"every head's block of the concatenation holds head {h}'s output: {why}"] = project(
+            _merge(heads[..., [h] * nh, :, :]))
     variants[
         "the heads are interleaved (feature i of head h landed in column i*nh + h, not h*hs + i): "
         "stacking on the last dimension and flattening is not a concatenation"

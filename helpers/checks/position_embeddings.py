@@ -62,10 +62,27 @@ def _probe_positions(cases):
             x_before = x.clone()
             with torch.no_grad():  # the output, or the error as evidence
                 result = attempt(add_position_embeddings, x, pos_to_embedding, sizes=_pos_sizes(batch, T, C))
-            runs.append({"result": result.get("out", result), "x_changed": not torch.equal(x_before, x)})
+            runs.append({"result": result.get("out", result), "x_changed": not torch.equal(x_before, x),
+                         "table_learns": _table_learns(add_position_embeddings, x_before, pos_to_embedding)})
         return {"runs": runs}
 
     return probe
+
+
+def _table_learns(add_position_embeddings, x: torch.Tensor, pos_to_embedding: nn.Embedding) -> bool | None:
+    """Probe side: whether a gradient of the output reaches the position table (None: the call
+    raised or returned no tensor; the output's own checks say so)."""
+    try:
+        with torch.enable_grad():
+            pos_to_embedding.weight.grad = None
+            out = add_position_embeddings(x.clone(), pos_to_embedding)
+            if not isinstance(out, torch.Tensor) or not out.requires_grad:
+                return None if not isinstance(out, torch.Tensor) else False
+            out.sum().backward()
+    except Exception:  # noqa: BLE001
+        return None
+    grad = pos_to_embedding.weight.grad
+    return grad is not None and bool(grad.abs().sum() > 0)
 
 
 def _pos_sizes(batch, T, C) -> dict[str, int]:
@@ -134,6 +151,11 @@ def _judge_positions(cases):
                 )
             if not same_behaviour(run.get("result"), expected[seed], tolerances[seed]):
                 problems.append((case, run, what))
+            elif run.get("table_learns") is False:
+                raise CheckFailed(
+                    f"{what}: the values are right, but no gradient reaches pos_to_embedding's table: .data, "
+                    ".detach() or torch.no_grad() took the positions out of the graph, so training would never "
+                    "learn them. Look them up with pos_to_embedding(positions).")
         if problems:
             case, run, what = problems[0]
             tol = tolerances[case[0]]

@@ -192,6 +192,7 @@ TEMPERATURE_HIDDEN_CASES = [
     ("a (2, 3, 4) batch", torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64), 0.7),
     ("an int temperature", _logits([0.05, 0.7, 0.25]), 3),
     ("float32 logits", _logits([0.2, 0.3, 0.1, 0.4], torch.float32), 1.0),
+    ("a temperature near 0", _logits([0.5, 0.3, 0.2]), 0.001),  # divided as it is: no floor under it
 ]
 check_temperature, check_temperature_hidden = _filter_checks(
     "temperature", "apply_temperature", "temperature", TEMPERATURE_CASES, TEMPERATURE_HIDDEN_CASES,

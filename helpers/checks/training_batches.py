@@ -203,6 +203,12 @@ def _read(case: Case, what: str, pair: dict) -> tuple[torch.Tensor, torch.Tensor
             f"{what}: y is shifted the wrong way: y[b, t] is the character *before* x[b, t] "
             f"(or x and y are swapped). y[b, t] must be the character after it, ids[s + t + 1]. Evidence: {evidence}"
         )
+    if T > 1 and torch.equal(py[:, :-1], px[:, :-1] + 1) and not torch.equal(py[:, -1], px[:, -1] + 1):
+        made = ("it is the window's first id: y was made from x (a roll, or x shifted), which wraps around"
+                if torch.equal(y[:, -1], x[:, 0]) else "y was made from x's window, which does not hold it")
+        raise CheckFailed(
+            f"{what}: only the last target is wrong: y[b, {T - 1}] must be the id after the window, ids[s + {T}]; "
+            f"{made}. Cut y from the text itself, ids[positions + 1]. Evidence: {evidence}")
     if not torch.equal(py, px + 1):
         shift = next((s for s in range(2, T + 1) if torch.equal(py, px + s)), None)
         how = (f"y[b, t] is the id {shift} places after x[b, t] (ids[s + t + {shift}]), an off-by-{shift - 1} "

@@ -77,6 +77,12 @@ def layer_norm_variants(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: 
                 f"C = {C} features on their own: dim=-1"
             )
             variants[label] = affine((x - m) / (v + eps).sqrt())
+        if x.dim() >= 3:  # a loop over x[i], or dim=(-2, -1): each sequence as a whole
+            m, v = x.mean(dim=(-2, -1), keepdim=True), x.var(dim=(-2, -1), keepdim=True, correction=0)
+            variants[
+                "you normalised each sequence as a whole, its T positions and C features together (dim=(-2, -1), "
+                f"or a loop over x[i]): LayerNorm normalises each position's C = {C} features on their own, dim=-1"
+            ] = affine((x - m) / (v + eps).sqrt())
         m, v = x.mean(), x.var(correction=0)
         variants[
             "you normalised over every entry at once (x.mean() without dim=): take the statistics "

@@ -154,6 +154,8 @@ def _probe_lm(cases):
                 run["steps"] = trace(model, ids, with_inputs=True)
                 run["ignored"] = unused_outputs(model, ids, depth=2)  # the model's own parts, not the blocks' insides
                 run["grads"] = gradients(model, ids)
+            params = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+            run["saved"] = sorted(set(model.state_dict()) - params)  # buffers in checkpoints (after the calls)
             runs.append(run)
         return {"runs": runs}
 
@@ -205,6 +207,14 @@ def _judge_lm(cases):
                     raise CheckFailed(
                         f"{what} should have the parameters {want} (keep the constructor as given); "
                         f"it has {have}.{str(run.get('unregistered') or '')[:600]}"
+                    )
+                saved = run.get("saved")
+                if isinstance(saved, list) and saved:
+                    raise CheckFailed(
+                        f"{what} saves {', '.join(map(str, saved[:4]))} in its state_dict besides the parameters: a buffer "
+                        "registered with register_buffer(...) is part of every checkpoint, so the course's checkpoints "
+                        "(and GPT-2's weights) no longer load (load_state_dict: missing key). Make it in forward, or "
+                        "register it with persistent=False."
                     )
                 weights = _lm_weights(seed, shapes)
                 model = model.double()
