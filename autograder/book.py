@@ -325,11 +325,12 @@ def _ran(lesson: Lesson, page: dict) -> dict:
     return page
 
 
-def execute_page(root: Path, lesson: Lesson, *, quick: bool = False, cell_timeout: int = CELL_TIMEOUT_S) -> dict:
+def execute_page(root: Path, lesson: Lesson, *, quick: bool = False, cell_timeout: int = CELL_TIMEOUT_S,
+                 env: dict[str, str] | None = None) -> dict:
     """The lesson's page (:func:`book_notebook`), run top to bottom in the lesson's folder with the
     build's kernel settings (figures inline, sharp when zoomed), errors kept as outputs: what
     ``build_book(executed=...)`` takes, so that a caller who also needs the run (the tests) runs
-    each lesson once."""
+    each lesson once. ``env``: variables the kernel gets on top of this process's."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -337,7 +338,7 @@ def execute_page(root: Path, lesson: Lesson, *, quick: bool = False, cell_timeou
     with tempfile.TemporaryDirectory(prefix="transformer-course-kernel-") as tmp:
         client = NotebookClient(page, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
                                 resources={"metadata": {"path": str(lesson.path.parent)}})
-        client.execute(env=_build_env(root, Path(tmp), quick=quick))
+        client.execute(env={**_build_env(root, Path(tmp), quick=quick), **(env or {})})
     return page
 
 

@@ -77,13 +77,4 @@ class LessonRuns:
 
 
 def _run(lesson: Lesson) -> dict:
-    saved = {name: os.environ.get(name) for name in NO_NETWORK}
-    os.environ.update(NO_NETWORK)
-    try:
-        return execute_page(ROOT, lesson, quick=True, cell_timeout=600)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return execute_page(ROOT, lesson, quick=True, cell_timeout=600, env=NO_NETWORK)
