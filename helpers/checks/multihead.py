@@ -19,14 +19,8 @@ from functools import partial
 
 import torch
 
-from helpers.checks import causal
-from helpers.checks.core import (
-    CheckFailed,
-    expect_default_dtype,
-    expect_module_class,
-    runs,
-    visible_and_hidden,
-)
+from helpers.checks import causal, core
+from helpers.checks.core import CheckFailed, expect_module_class, runs, visible_and_hidden
 from helpers.checks.verdict import load_weights, tolerance
 from helpers.reference import multihead as ref
 
@@ -108,6 +102,11 @@ def mha_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
         "stacking on the last dimension and flattening is not a concatenation"
     ] = project(heads.movedim(-3, -1).flatten(-2))
     batch, T = x.shape[:-2], x.shape[-2]
+    cat = heads.new_zeros(*batch, T, nh * hs)  # head h written from column h: the blocks overlap
+    for h in range(nh):
+        cat[..., h : h + hs] = heads[..., h, :, :]
+    variants[f"head h's columns start at h instead of h * head_dim = h * {hs}: the blocks overlap and later heads "
+             "overwrite earlier ones"] = project(cat)
     variants[
         "the heads were stacked in front, (nh, ..., T, hs), and reshaped straight to (..., T, nh*hs): "
         "that mixes heads, time steps and batch entries"
@@ -245,7 +244,7 @@ def _reason(state: dict, x, what: str, kind: str, nh: int, hs: int):
 def _build(cls, kind, weights, C, hs, nh, dtype, what):
     """The student's module with the case's weights loaded (its parameters' names checked)."""
     module = cls(C, hs, nh)
-    expect_default_dtype(module, what)
+    core.expect_default_dtype(module, what)
     if kind == "mha":
         heads = getattr(module, "heads", None)
         if heads is not None and len({id(h) for h in heads}) < len(heads):
