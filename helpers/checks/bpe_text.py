@@ -205,6 +205,9 @@ def decode_variants(ids):
 def _decode_error(error):
     if "UnicodeDecodeError" in error:
         return "Bytes that are not valid UTF-8 must become U+FFFD: decode with errors='replace'."
+    if "bytes must be in range(0, 256)" in error:
+        return ("An id of 256 or more is a merged token, not a byte: look each id's bytes up in vocab "
+                "(b''.join(vocab[i] for i in ids)).")
     return None
 
 

@@ -185,8 +185,9 @@ def judge_causal(run: dict, expected: torch.Tensor, variants, diagnosis: dict, *
     judge_output(run, expected, diagnosis, variants=variants, reference=reference, inputs=(x,),
                  known={"the input x": x}, noun=noun,
                  leak=lambda: first_leak(out, run.get("leaks"), tol, what, tail=": query {i} attends to key {j}"),
-                 leak_means=", so the layer lets the future in: the causal mask is missing or wrong, or an operation "
-                 "mixes time steps.")
+                 leak_means=", so the layer lets the future in: the causal mask is missing or wrong, an operation "
+                 "mixes time steps, or the masked keys keep a weight (a softmax written by hand must subtract the "
+                 "maximum inside the exp, exp(score - max), where exp(-inf) stays 0).")
     longer, T = run.get("longer"), x.shape[-2]
     if isinstance(longer, dict) and "error" in longer:
         raise CheckFailed(f"{what}: right on this input, but then called on a longer one (T + 1 = {T + 1} tokens) it "

@@ -134,6 +134,10 @@ def ce_variants(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.
         "exponentials must be subtracted too": loss(shifted),
         "the log of the sum of exponentials is added instead of subtracted": loss(shifted + lse),
         "you subtracted the sum of the exponentials, not its log": loss(shifted - lse.exp()),
+        "you took log1p of the sum of exponentials, log(1 + sum): the normaliser is log(sum) itself":
+            loss(shifted - lse.exp().log1p()),
+        "the log-sum-exp is of the raw logits while the rest is shifted by the row's maximum: subtract the "
+        "log-sum-exp of the same shifted values": loss(shifted - rows.exp().sum(dim=-1, keepdim=True).log()),
         "you took the mean of the exponentials inside the log instead of their sum: that makes every "
         f"loss smaller by ln V = ln {V}": loss(shifted - (lse - math.log(V))),
         "the softmax runs over the positions (dim 0 of the (N, V) rows), not over the vocabulary "

@@ -218,8 +218,8 @@ def rotary_chained(weights, x, chunks, nh, flavour="right"):
         q, k, v = heads("query.weight"), heads("key.weight"), heads("value.weight")
         if flavour != "no-rotation":
             q = known_good_rope(q, positions)
-            k = k if flavour == "rotate-after-concat" else known_good_rope(k, positions)
-        if flavour == "rotate-values":
+            k = k if flavour in ("rotate-after-concat", "values-not-keys") else known_good_rope(k, positions)
+        if flavour in ("rotate-values", "values-not-keys"):
             v = known_good_rope(v, positions)
         if cache is not None:
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
@@ -239,6 +239,8 @@ ROTARY_MISTAKES = {
     "positions-restart": "the positions restart at 0 in every call: the new rows are at T_past ... T_past + T_new - 1, "
     "T_past being the cache's length",
     "no-rotation": "neither queries nor keys were rotated: call apply_rope on both, at the new rows' positions",
+    "values-not-keys": "the values were rotated where the keys belong: RoPE turns queries and keys (q, k = "
+    "apply_rope(q, ...), apply_rope(k, ...)); the values stay as they are",
     "rotate-after-concat": "the keys were rotated after joining the cache, so the cached keys, stored already "
     "rotated, were rotated a second time: rotate only the new keys, at T_past ... T_past + T_new - 1, then concatenate",
 }

@@ -176,7 +176,10 @@ def _read(case: Case, what: str, pair: dict) -> tuple[torch.Tensor, torch.Tensor
     px, py = _positions(ids, x), _positions(ids, y)  # (B, T) each
     if (px < 0).any():
         b, t = (int(i) for i in (px < 0).nonzero()[0])
-        raise CheckFailed(f"{what}: x[{b}, {t}] = {int(x[b, t])} is not an id of the text: x must hold ids taken from ids.")
+        counted = bool((x >= 0).all() and (x < case.N).all() and (x[:, 1:] - x[:, :-1] == 1).all())
+        raise CheckFailed(f"{what}: x[{b}, {t}] = {int(x[b, t])} is not an id of the text: x must hold ids taken from ids."
+                          + (" Each row of x counts up by one: these are the positions themselves; index the text "
+                             "with them, ids[positions]." if counted else ""))
     offsets = torch.arange(T)  # (T,)
     starts = px[:, 0]  # (B,)
     if not torch.equal(px, starts[:, None] + offsets):  # (B, 1) + (T,) -> (B, T)

@@ -206,6 +206,9 @@ def _pattern(case, want: list[float], got: list[float], bad: list[int]) -> str:
     decay = [s for s in range(warmup, steps) if s in bad]
     if cosine and lr != min_lr and decay and all(s >= warmup for s in bad):
         heights = [(got[s] - min_lr) / (want[s] - min_lr) for s in decay if abs(want[s] - min_lr) > 1e-9]
+        if heights and max(abs(h) for h in heights) <= 1e-9:
+            return ("the decay is flat at min_lr from its first step: the progress does not grow with the step (it is "
+                    f"already 1; it must be (step - warmup_steps) / (steps - 1 - warmup_steps)); {where}")
         if heights and max(heights) - min(heights) <= 1e-9 * max(1.0, abs(heights[0])):
             return (f"the wave is {_ratio(heights[0], case)} × as high as it should be (rate - min_lr is that "
                     f"multiple of the reference's): a factor of the cosine term is wrong or missing; {where}")

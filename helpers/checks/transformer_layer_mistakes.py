@@ -56,6 +56,8 @@ def layer_norm_variants(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: 
         "square root, sqrt(var + eps)": affine(centred / var.sqrt() + eps),
         "the bias is added before the scale, (normalised + bias) * weight: scale by weight first, "
         "then add bias": (centred / (var + eps).sqrt() + b) * w,
+        "weight and bias are applied to x itself, not to the normalised values: normalised * weight + bias":
+            affine(x),
         f"you divided by the norm of x - mean, the square root of the sum of the squared deviations, "
         f"sqrt(C) = {math.sqrt(C):.3g} times the standard deviation: LayerNorm divides by the square root "
         "of their mean": affine(centred / (centred.norm(dim=-1, keepdim=True) + eps)),
