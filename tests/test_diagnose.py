@@ -800,3 +800,15 @@ def _mask_from_position_one(x):
 def test_a_square_built_from_another_size_than_its_neighbour_is_named():
     text = explain_exception(raised(_mask_from_position_one, torch.zeros(8, 5), sizes={"T": 8, "C": 5}))
     assert "future (5, 5) has the size C where scores (8, 8) has T: it was built from C where T was meant" in text
+
+
+def _batched_mask_from_the_last_axis(x):
+    T = x.shape[-1]  # C: the size of the features, not of the sequence
+    scores = x @ x.transpose(-2, -1)  # (B, T, T)
+    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    return scores.masked_fill(future, float("-inf"))
+
+
+def test_the_square_beside_batched_scores_is_named_too():
+    text = explain_exception(raised(_batched_mask_from_the_last_axis, torch.zeros(2, 8, 5), sizes={"B": 2, "T": 8, "C": 5}))
+    assert "future (5, 5) has the size C where scores (2, 8, 8) has T" in text

@@ -1086,7 +1086,8 @@ def _outer_pair(a: int, b: int, k: int, values) -> str:
 
 def _built_from_batch(values, sizes) -> str:
     """A square tensor of the line whose every axis has the batch size, or the size of another
-    leading axis of a tensor on the line: a size read from the front."""
+    leading axis of a tensor on the line: a size read from the front; or a square whose last two
+    axes have another size (C) beside a (..., T, T) one: a size read at a fixed position."""
     for name, v in values:
         if (sizes and "B" in sizes and isinstance(v, torch.Tensor) and v.dim() >= 2 and len(set(v.shape)) == 1
                 and _letter(int(v.shape[0]), sizes) == "B"):
@@ -1103,7 +1104,7 @@ def _built_from_batch(values, sizes) -> str:
                 return (f" {name} {tuple(v.shape)} has size {size} on every axis, the size of axis {k} of {other} "
                         f"{tuple(u.shape)}: it was built from a size read at the front ({other}.shape[{k}]); read it "
                         f"from the end, {other}.shape[-1], so that one line serves any number of leading axes.")
-    squares = [(name, v, _letter(int(v.shape[0]), sizes)) for name, v in values
+    squares = [(name, v, _letter(int(v.shape[-1]), sizes)) for name, v in values
                if isinstance(v, torch.Tensor) and v.dim() >= 2 and len(set(v.shape[-2:])) == 1]
     for name, v, letter in squares:  # a (T, T) square beside one built from another size (C, C)
         for other, u, wanted in squares:
