@@ -149,9 +149,10 @@ def fitted_scale(run, got, *, C: int, T: int, hs: int) -> dict[str, torch.Tensor
     if not isinstance(got, torch.Tensor) or not got.is_floating_point() or not bool(torch.isfinite(got).all()):
         return {}
     g = got.detach().double()
+    outputs: dict[float, torch.Tensor] = {}  # by log-scale: every layer output is computed once
 
     def gap(log_scale: float) -> float:
-        out = run(scale=math.exp(log_scale))
+        out = outputs.setdefault(log_scale, run(scale=math.exp(log_scale)))
         return float((out - g).abs().max()) if out.shape == g.shape else math.inf
 
     lo, hi, n = math.log(1e-4), math.log(100.0), 120
@@ -159,11 +160,17 @@ def fitted_scale(run, got, *, C: int, T: int, hs: int) -> dict[str, torch.Tensor
     best = min(range(n + 1), key=lambda i: gap(grid[i]))
     a, b = grid[max(best - 1, 0)], grid[min(best + 1, n)]
     ratio = (math.sqrt(5) - 1) / 2
-    for _ in range(80):
-        c, d = b - ratio * (b - a), a + ratio * (b - a)
-        a, b = (a, d) if gap(c) <= gap(d) else (c, b)
-    scale = math.exp((a + b) / 2)
-    if abs(scale * math.sqrt(hs) - 1) < 1e-6 or gap(math.log(scale)) > 1e-4 * max(1.0, float(g.abs().max())):
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    for _ in range(80):  # golden section: each step keeps one of its two points and computes one new
+        if gap(c) <= gap(d):
+            b, d = d, c
+            c = b - ratio * (b - a)
+        else:
+            a, c = c, d
+            d = a + ratio * (b - a)
+    log_scale = (a + b) / 2
+    scale = math.exp(log_scale)
+    if abs(scale * math.sqrt(hs) - 1) < 1e-6 or gap(log_scale) > 1e-4 * max(1.0, float(g.abs().max())):
         return {}  # the right scale, or none reproduces got (the caller compares at the case's tolerance)
     divisor = 1 / scale
     readings = {f"{hs} = head_dim": hs, f"{2 * hs} = 2 × head_dim": 2 * hs, f"{hs / 2:g} = head_dim / 2": hs / 2,
@@ -175,7 +182,7 @@ def fitted_scale(run, got, *, C: int, T: int, hs: int) -> dict[str, torch.Tensor
                   "head_dim / 2: ** binds tighter than /, so 1/2 is not the exponent: write head_dim ** 0.5 or "
                   "math.sqrt(head_dim)" if any(abs(divisor - v) <= 1e-4 * v for v in (2 * hs, hs / 2)) else "")
     return {f"the scores are {how} where they should be divided by sqrt(head_dim) = sqrt({hs}) "
-            f"= {math.sqrt(hs):.6g}{precedence}": run(scale=scale)}
+            f"= {math.sqrt(hs):.6g}{precedence}": outputs[log_scale]}
 
 
 def judge_causal(run: dict, expected: torch.Tensor, variants, diagnosis: dict, *, reference, x, noun) -> None:
