@@ -1,7 +1,8 @@
 """``transformer-course book``: the course as a static website, built from the solution notebooks.
 
 Each lesson's *solution* notebook becomes one page, executed during the build so that every
-figure and printed shape is on the page. Before the build each notebook is transformed so the
+figure and printed shape is on the page (or run beforehand by ``execute_page`` and handed to
+``build_book(executed=...)``, as the tests do, so that each lesson runs once). Before the build each notebook is transformed so the
 book never gives away more than a reader should see:
 
 * hidden tests (``### BEGIN HIDDEN TESTS`` … ``### END HIDDEN TESTS``) are removed, as

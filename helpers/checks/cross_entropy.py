@@ -236,7 +236,7 @@ def _judge_ce(cases):
                         f"Expected {expected.item():.6g}."
                     )
             cut = run.get("no_grad") and bool(torch.isfinite(got)) and close(expected, got, 1e-4, 1e-4)
-            if got.dtype != dtype and not cut or not torch.isfinite(got):
+            if (got.dtype != dtype and not cut) or not torch.isfinite(got):
                 raise CheckFailed(explain_mismatch(expected, got, what=what, atol=tol, rtol=tol, dtype=dtype))
             if not close(expected, got, tol, tol) and not cut:
                 label = identify(got, ce_variants(logits.double(), targets), tol, tol)

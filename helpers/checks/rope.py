@@ -202,7 +202,8 @@ check_rope, check_rope_hidden = visible_and_hidden("check_rope", _probe_rope, _j
 def rotary_chained(weights, x, chunks, nh, flavour="right"):
     """Rotary attention chunk by chunk; ``flavour``: ``right``, ``rotate-values``, ``positions-restart``
     (each call's positions start at 0), ``no-rotation`` (plain causal attention), ``rotate-after-concat``
-    (every key rotated after joining the cache: the cached ones twice)."""
+    (every key rotated after joining the cache: the cached ones twice), ``values-not-keys`` (the values
+    rotated, the keys not)."""
     B, _, C = x.shape
     hs = weights["query.weight"].shape[0] // nh
     outs, cache, start = [], None, 0
