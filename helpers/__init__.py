@@ -6,6 +6,19 @@ Modules (import the one you need; nothing is star-imported):
 * ``helpers.checks``    - the checks behind every exercise's tests, with their diagnoses
 * ``helpers.reference`` - the reference implementation, generated from ``solutions/``
 * ``helpers.params``    - counting parameters
+* ``helpers.threads``   - how many threads PyTorch uses (chosen here, once, on import)
+
+Importing ``helpers`` sets PyTorch's thread count to one that fits the machine (its usable CPUs
+less the load already on them, or ``TRANSFORMER_COURSE_THREADS``): ``THREADS`` says what was
+chosen, and a Jupyter kernel prints it in one line.
 """
 
+import sys
+
+from helpers.threads import apply_threads
+
 __version__ = "0.1.0"
+
+THREADS = apply_threads()
+if "ipykernel" in sys.modules:  # a notebook: say it once; scripts and the grader stay quiet
+    print(THREADS.line())
