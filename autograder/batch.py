@@ -17,7 +17,7 @@ from pathlib import Path
 from autograder.course import CourseError, Lesson, lessons
 from autograder.executors import Job, Timing, check_executor, make_executor, notebook_result
 from autograder.grading import NotebookResult, locate
-from autograder.reports import write_reports
+from autograder.reports import not_graded_row, write_reports
 from autograder.runner import LessonLimits, Limits, limits_data, limits_for
 from autograder.sandbox import resolve_mode
 
@@ -144,10 +144,13 @@ def roster_digest(students: list[str]) -> str:
 
 
 def manifest(fingerprint: str, limits: Limits | LessonLimits, mode: str, assignments: list[str], roster: list[str],
-             shard: tuple[int, int] | None, graded: list[tuple[str, str, str]]) -> dict:
+             shard: tuple[int, int] | None, graded: list[tuple[str, str, str]],
+             not_graded: dict[str, str] | None = None) -> dict:
     """What ``MANIFEST`` says about a run. Nothing in it depends on time or place, so one
-    unsharded run and the merge of its N shards write the same bytes."""
+    unsharded run and the merge of its N shards write the same bytes. ``not_graded`` (lesson ->
+    reason), the lessons left out of the run, appears only when there are some."""
     students = sorted({student for student, _, _ in graded}) if graded else []
+    extra = {"not_graded": dict(not_graded)} if not_graded else {}
     return {
         "format": MANIFEST_FORMAT,
         "course_fingerprint": fingerprint,
@@ -158,6 +161,7 @@ def manifest(fingerprint: str, limits: Limits | LessonLimits, mode: str, assignm
         "shard": None if shard is None else {"index": shard[0], "count": shard[1], "rule": SHARD_RULE},
         "students": students,
         "graded": [list(item) for item in sorted(graded)],
+        **extra,
     }
 
 
@@ -204,6 +208,7 @@ def grade_class(
     gradebook: str | None = None,
     shard: tuple[int, int] | None = None,
     executor="local",
+    not_graded: dict[str, str] | None = None,
 ):
     """Grade every student × lesson; write the reports into ``out``; return the long gradebook.
 
@@ -212,6 +217,9 @@ def grade_class(
     ``shard=(i, N)`` grades only the students ``shard_of`` puts in shard i (``merge`` combines
     the N outputs); ``executor`` is ``"local"`` (``jobs`` threads here) or ``"dask://HOST:PORT"``.
     The last file written is ``MANIFEST``: its presence says the run finished.
+    ``not_graded`` (lesson -> reason: its solution could not run in the grader) names lessons that
+    are not graded at all: each of their submissions is listed in ``needs_attention.csv`` with
+    the reason, and none is scored, cached or written into the gradebook.
     """
     limits = with_salt(limits or Limits(), grading_salt(root))
     mode = resolve_mode(sandbox)
@@ -231,7 +239,11 @@ def grade_class(
     fingerprint = course_fingerprint(root)
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)  # written again last, once this run has finished
-    work = [(s, lesson) for lesson in chosen for s in students]
+    not_graded = {a: reason for a, reason in (not_graded or {}).items() if a in {le.assignment for le in chosen}}
+    work = [(s, lesson) for lesson in chosen if lesson.assignment not in not_graded for s in students]
+    waiting = [not_graded_row(s, lesson.assignment, _notebook_name(submitted, s, lesson),
+                              lesson.max_score, not_graded[lesson.assignment])
+               for lesson in chosen if lesson.assignment in not_graded for s in students]
     results: list[NotebookResult] = []
     rows: list[list[str]] = []
     graded: list[tuple[str, str, str]] = []
@@ -275,7 +287,7 @@ def grade_class(
                     )
         finally:
             pool.close()
-    frame = write_reports(results, out, submitted)
+    frame = write_reports(results, out, submitted, waiting)
     write_jobs(out, rows)
     if gradebook:
         from autograder.gradebook import write_gradebook
@@ -284,5 +296,11 @@ def grade_class(
         if progress:
             print(f"wrote {count} submissions into the nbgrader gradebook {gradebook}", file=sys.stderr)
     assignments = [lesson.assignment for lesson in chosen]
-    write_manifest(out, manifest(fingerprint, limits, mode, assignments, roster, shard, graded))
+    write_manifest(out, manifest(fingerprint, limits, mode, assignments, roster, shard, graded, not_graded))
     return frame
+
+
+def _notebook_name(submitted: Path, student: str, lesson: Lesson) -> str:
+    """The file name of ``student``'s submission for ``lesson``; empty when nothing was handed in."""
+    path = locate(submitted, student, lesson)
+    return path.name if path is not None else ""

@@ -85,8 +85,18 @@ def _exec(source: str, namespace: dict, index: int | None = None) -> None:
     exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - this process is the sandbox
 
 
+MAX_ERROR_CHARS = 2000
+ERROR_GAP = "\n[...]\n"
+
+
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:2000]
+    """The exception's type and message, at most ``MAX_ERROR_CHARS`` long. A longer one keeps its
+    beginning and its end: a message that says how to fix something says it last."""
+    text = f"{type(exc).__name__}: {exc}"
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    keep = MAX_ERROR_CHARS - len(ERROR_GAP)
+    return text[: keep // 2] + ERROR_GAP + text[len(text) - (keep - keep // 2):]
 
 
 def _confine(workdir: str, limits) -> None:

