@@ -50,6 +50,7 @@ from autograder.course import (
     without_hidden_tests,
     without_solution_markers,
 )
+from autograder.environment import tool_env
 
 BOOK_DIR = "_book"
 COURSE_TITLE = "A Transformer language model from scratch"
@@ -364,7 +365,7 @@ def _build_env(root: Path, ipython_dir: Path, jobs: int = 1, quick: bool = False
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
     env["TRANSFORMER_COURSE_ROOT"] = str(root)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(root), env.get("PYTHONPATH", "")] if p)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env = tool_env(env)  # the kernels' jupyter, this Python's
     # a non-inline backend (MPLBACKEND=Agg in CI, say) would keep every figure off the page
     env.pop("MPLBACKEND", None)
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")

@@ -29,6 +29,11 @@ class UsageError(Exception):
     """A wrong argument: printed as one line, exit code 2."""
 
 
+#: `grade` and `demo` graded what they could, but at least one lesson not at all: its own solution
+#: did not run in the grader (the summary says why and what to do; 0 means everything was graded)
+NOT_ALL_GRADED = 3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="transformer-course", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -173,36 +178,49 @@ def cmd_grade(args) -> int:
     executor = check_executor(args.executor)  # every usage error before the limits are measured or printed
     if shard is not None and args.gradebook:
         raise UsageError("--gradebook with --shard: write the gradebook once, with `transformer-course merge ... --gradebook`")
-    limits = _grading_limits(args, out, shard)
+    limits, not_graded = _grading_limits(args, out, shard)
     frame = grade_class(
         find_course_root(), submitted, out, jobs=args.jobs, limits=limits, only=args.assignment,
         sandbox=args.sandbox, resume=not args.fresh, gradebook=args.gradebook, shard=shard, executor=executor,
+        not_graded=not_graded,
     )
     from autograder.reports import summary
 
-    print(summary(frame))
+    print(summary(frame, not_graded))
     print(f"\nwrote {out / 'grades.csv'}, feedback/ and reports in {out}")
     if shard is not None:
         print(f"this is shard {shard[0]}/{shard[1]}: `transformer-course merge` combines all {shard[1]} shards")
-    return 0
+    return _exit_status(not_graded)
+
+
+def _exit_status(not_graded: dict[str, str]) -> int:
+    """0 when every lesson was graded; ``NOT_ALL_GRADED`` when some were not, said on stderr too."""
+    if not not_graded:
+        return 0
+    print(f"\nnot every lesson was graded ({', '.join(not_graded)}): see NOT GRADED above; exit status {NOT_ALL_GRADED}",
+          file=sys.stderr)
+    return NOT_ALL_GRADED
 
 
 def _grading_limits(args, out: Path, shard):
     """The limits given on the command line; where one is not given, measured from the course's
     own solutions (``autograder.limits``), or the fixed defaults for a shard (every shard of a
-    class must grade under the same limits, and separate measurements could differ)."""
+    class must grade under the same limits, and separate measurements could differ).
+
+    Also returns the lessons that cannot be graded (lesson -> why, and what to do): those whose
+    own solution did not run cleanly when it was measured."""
     from autograder.runner import Limits
 
     base = Limits(memory_mb=args.memory_mb)
     if args.timeout is not None and args.cell_timeout is not None:
-        return Limits(wall_s=args.timeout, cell_s=args.cell_timeout, memory_mb=args.memory_mb)
+        return Limits(wall_s=args.timeout, cell_s=args.cell_timeout, memory_mb=args.memory_mb), {}
     if shard is not None:
         wall = args.timeout if args.timeout is not None else FIXED_TIMEOUT_S
         cell = args.cell_timeout if args.cell_timeout is not None else FIXED_CELL_TIMEOUT_S
         print(f"shard: limits {cell:.0f} s a cell, {wall:.0f} s a notebook (give --cell-timeout and --timeout to change them)",
               file=sys.stderr)
-        return Limits(wall_s=wall, cell_s=cell, memory_mb=args.memory_mb)
-    from autograder.limits import course_limits
+        return Limits(wall_s=wall, cell_s=cell, memory_mb=args.memory_mb), {}
+    from autograder.limits import measure_limits
     from autograder.runner import LessonLimits
 
     root = find_course_root()
@@ -210,15 +228,23 @@ def _grading_limits(args, out: Path, shard):
     handed_in = {p.name for p in Path(args.submitted).glob("*/*") if p.is_dir()}
     known = [lesson.assignment for lesson in lessons(root)]
     only = args.assignment or [a for a in known if a in handed_in] or None
-    measured = course_limits(root, only, base, args.sandbox, out / ".cache", jobs=getattr(args, "jobs", 1))
+    measured = measure_limits(root, only, base, args.sandbox, out / ".cache", jobs=getattr(args, "jobs", 1))
     limits = LessonLimits(
-        _override(measured.default, args),
-        tuple((assignment, _override(own, args)) for assignment, own in measured.lessons),
+        _override(measured.limits.default, args),
+        tuple((assignment, _override(own, args)) for assignment, own in measured.limits.lessons),
     )
+    _say_limits(limits, measured.failed)
+    return limits, {a: str(error) for a, error in measured.failed.items()}
+
+
+def _say_limits(limits, failed: dict) -> None:
+    """One line on stderr: the measured limits, and the lessons that will not be graded."""
     shown = ", ".join(f"{a[:2]}: {lim.cell_s:.0f} s" for a, lim in limits.lessons)
-    print(f"limits a cell ({shown}), a notebook up to {limits.default.wall_s:.0f} s: measured from the course's "
-          "own solutions; --cell-timeout and --timeout override", file=sys.stderr)
-    return limits
+    print(f"limits a cell ({shown or 'none measured'}), a notebook up to {limits.default.wall_s:.0f} s: measured from "
+          "the course's own solutions; --cell-timeout and --timeout override", file=sys.stderr)
+    if failed:
+        print(f"not graded: {', '.join(failed)} (the course's own solution did not run in the grader; the summary at the end "
+              "says why and what to do); the other lessons are graded", file=sys.stderr)
 
 
 def _override(limits, args):
@@ -249,10 +275,20 @@ def cmd_check(args) -> int:
 
 
 def cmd_lab(args) -> int:
-    from autograder.lab import lab_plan, resolve_workspace, sync_workspace, write_student_config
+    from autograder.environment import tool_env
+    from autograder.lab import (
+        choose_exchange,
+        configured_exchange,
+        environment_app_settings_dir,
+        lab_plan,
+        resolve_workspace,
+        sync_workspace,
+        write_app_settings,
+        write_student_config,
+    )
 
     root = find_course_root()
-    jupyter = shutil.which("jupyter", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    jupyter = shutil.which("jupyter", path=tool_env()["PATH"])
     if jupyter is None:
         raise UsageError("jupyter is not installed in this environment (pip install -e .)")
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -265,15 +301,19 @@ def cmd_lab(args) -> int:
         workspace = resolve_workspace(root, args.workspace)
         print(sync_workspace(root / RELEASE, workspace).message())
         plan = lab_plan(jupyter, root, workspace=workspace, **options)
-        write_student_config(plan.config_dir)
+        exchange = choose_exchange(configured_exchange(root, workspace, skip=(plan.config_dir,)), workspace)
+        write_student_config(plan.config_dir, exchange)
+        print(exchange.message())
+    write_app_settings(plan.app_settings_dir, environment_app_settings_dir(plan.env))
     print("starting:", " ".join(plan.cmd), file=sys.stderr)
+    sys.stdout.flush()  # the lines above before the lab's own, also where stdout is a file
     return subprocess.call(plan.cmd, cwd=plan.cwd, env=plan.env)
 
 
 def cmd_demo(args) -> int:
     from autograder.batch import grade_class
     from autograder.demo import build_demo_class
-    from autograder.limits import course_limits
+    from autograder.limits import measure_limits
     from autograder.reports import summary
     from autograder.runner import Limits
 
@@ -284,11 +324,15 @@ def cmd_demo(args) -> int:
         submitted = build_demo_class(root, base / "submitted")
         print(f"demo class written to {submitted}; grading with {args.jobs} jobs ...", file=sys.stderr)
         # the limits `grade` uses by default: measured from the course's own solutions
-        limits = course_limits(root, None, Limits(), "auto", base / "graded" / ".cache", jobs=args.jobs)
-        frame = grade_class(root, submitted, base / "graded", jobs=args.jobs, limits=limits)
-        print(frame[["student_id", "assignment", "exercise", "score", "max_score", "status"]].to_string(index=False))
-        print()
-        print(summary(frame))
+        measured = measure_limits(root, None, Limits(), "auto", base / "graded" / ".cache", jobs=args.jobs)
+        _say_limits(measured.limits, measured.failed)
+        not_graded = {a: str(error) for a, error in measured.failed.items()}
+        frame = grade_class(root, submitted, base / "graded", jobs=args.jobs, limits=measured.limits,
+                            not_graded=not_graded)
+        if not frame.empty:
+            print(frame[["student_id", "assignment", "exercise", "score", "max_score", "status"]].to_string(index=False))
+            print()
+        print(summary(frame, not_graded))
         for row in frame[frame.status != "passed"].drop_duplicates("student_id").itertuples():
             print(f"\n{row.student_id} · {row.exercise} · {row.status}: {row.message[:400]}")
         if keep:
@@ -296,7 +340,7 @@ def cmd_demo(args) -> int:
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
-    return 0
+    return _exit_status(not_graded)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,20 @@ from autograder.reports import NEEDS_EYES
 COURSE_ID = "transformer-course"
 
 
+def add_submission(gb: Gradebook, assignment: str, student: str) -> None:
+    """``gb.add_submission`` without SQLAlchemy's "not in session" warnings.
+
+    nbgrader 0.9.6 builds the new submission's objects (the submission, a submitted notebook per
+    notebook, a grade or comment per cell) while reading the assignment's notebooks and cells
+    from the database; each of those reads flushes the session first (autoflush), while the new
+    objects are attached to stored ones but not yet added to the session: SQLAlchemy 2 warns
+    "not in session, add operation ... will not proceed" for each. Here the whole graph is built
+    with autoflush off, added to the session, and written in one commit.
+    """
+    with gb.db.no_autoflush:
+        gb.add_submission(assignment, student)
+
+
 def write_gradebook(db_url: str, root: Path, results: list[NotebookResult]) -> int:
     """Record ``results`` in the gradebook at ``db_url``; returns the number of submissions written."""
     course = {lesson.assignment: lesson for lesson in lessons(root)}
@@ -38,7 +52,7 @@ def write_gradebook(db_url: str, root: Path, results: list[NotebookResult]) -> i
                 gb.remove_submission(result.assignment, result.student)
             except MissingEntry:
                 pass
-            gb.add_submission(result.assignment, result.student)
+            add_submission(gb, result.assignment, result.student)
             by_exercise = {e.exercise: e for e in result.exercises}
             for exercise in lesson.exercises.values():
                 mine = by_exercise.get(exercise.grade_id)

@@ -13,9 +13,15 @@ The student's lab
 The instructor's lab (``--instructor``)
     opens the course root with every nbgrader tool, Formgrader included.
 
-Everything here is a pure function of its arguments (paths, environment) except the two that
-write files, :func:`sync_workspace` and :func:`write_student_config`; ``cli.cmd_lab`` runs the
-command they describe.
+Both labs preset JupyterLab's news off (no "Would you like to receive official Jupyter news?"
+pop-up): a settings default in an app settings folder of the course's, the user's own settings
+still first. The student's Assignments list uses nbgrader's exchange where one exists; where none
+does (a reader working alone), an empty one of the workspace's, so the list is empty, not an error.
+
+Everything here is a pure function of its arguments (paths, environment) except what writes
+files (:func:`sync_workspace`, :func:`write_student_config`, :func:`write_app_settings`) and what
+reads Jupyter's and nbgrader's installed config (:func:`configured_exchange`,
+:func:`environment_app_settings_dir`); ``cli.cmd_lab`` runs the command they describe.
 """
 
 from __future__ import annotations
@@ -28,10 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course import RELEASE, SOLUTIONS, CourseError
+from autograder.environment import tool_env
 
 WORKSPACE = "work"
 MANIFEST = ".transformer-course-sync.json"  # in the workspace: what was copied from which release
 CONFIG = ".jupyter-course"  # in the workspace: the student lab's Jupyter config (hidden in the lab)
+APP_SETTINGS = "lab/settings"  # in a CONFIG folder: the JupyterLab app settings dir of either lab
+LOCAL_EXCHANGE = "exchange"  # in the workspace's CONFIG folder: the empty exchange of a lab without a class
+COURSE_OVERRIDES_FILE = "00-transformer-course.json"  # in APP_SETTINGS/overrides.d: first in name order
+#: JupyterLab settings defaults of both labs (the user's own settings still win): no "Would you like
+#: to receive official Jupyter news?" pop-up, no news fetched from the internet
+COURSE_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}
 
 NBGRADER_LAB = "@jupyter/nbgrader"
 # nbgrader 0.9.6's JupyterLab plugins (ids read from its labextension bundle):
@@ -173,12 +186,146 @@ def server_extension_args(enabled: dict[str, bool]) -> list[str]:
     return [f"--ServerApp.jpserver_extensions={name}={value}" for name, value in enabled.items()]
 
 
-def write_student_config(config_dir: Path) -> Path:
-    """Write the student lab's Jupyter config folder (rewritten at every start); returns it."""
+def write_student_config(config_dir: Path, exchange: Exchange | None = None) -> Path:
+    """Write the student lab's Jupyter config folder (rewritten at every start); returns it.
+
+    With ``exchange``, also the ``nbgrader_config.py`` the Assignments list reads (the folder is on
+    ``JUPYTER_CONFIG_PATH``): that exchange and the course's id; a course-local exchange is created.
+    """
     labconfig = config_dir / "labconfig"
     labconfig.mkdir(parents=True, exist_ok=True)
     (labconfig / "page_config.json").write_text(json.dumps(student_page_config(), indent=2) + "\n", encoding="utf-8")
+    if exchange is not None:
+        if exchange.local:
+            exchange.root.mkdir(parents=True, exist_ok=True)
+        (config_dir / "nbgrader_config.py").write_text(exchange.nbgrader_config(), encoding="utf-8")
     return config_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# JupyterLab's settings defaults (both labs)
+
+
+def environment_app_settings_dir(environ: dict[str, str] | None = None) -> Path:
+    """The app settings folder JupyterLab uses when none is given: ``<app dir>/settings``, the app
+    dir from ``JUPYTERLAB_DIR`` or else the installed JupyterLab's default (``<prefix>/share/jupyter/lab``)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("JUPYTERLAB_DIR"):
+        return Path(environ["JUPYTERLAB_DIR"]).expanduser().resolve() / "settings"
+    from jupyterlab.commands import get_app_dir
+
+    return Path(get_app_dir()) / "settings"
+
+
+#: what JupyterLab reads from its app settings folder (jupyterlab_server: ``_get_overrides`` and
+#: ``get_page_config``); ``overrides.d`` is read in name order, then ``overrides.json``, each outranking the last
+APP_SETTINGS_FILES = ("overrides.d/*.json", "overrides.d/*.json5", "overrides.json", "overrides.json5",
+                      "page_config.json", "page_config.json5")
+
+
+def write_app_settings(settings_dir: Path, inherited: Path | None = None) -> Path:
+    """Write a lab's app settings folder (passed as ``--LabApp.app_settings_dir``; rewritten at every
+    start): ``COURSE_OVERRIDES`` as the first file of ``overrides.d``, and beside it copies of the
+    files of the folder JupyterLab would otherwise use (``inherited``), so an administrator's
+    defaults stay in force and outrank the course's. Overrides change only the defaults: a
+    setting the user changed (``~/.jupyter/lab/user-settings``) still wins."""
+    if settings_dir.is_dir() and not settings_dir.is_symlink():
+        shutil.rmtree(settings_dir)
+    (settings_dir / "overrides.d").mkdir(parents=True, exist_ok=True)
+    if inherited is not None and inherited.is_dir() and inherited.resolve() != settings_dir.resolve():
+        for pattern in APP_SETTINGS_FILES:
+            for path in sorted(inherited.glob(pattern)):
+                if path.is_file():
+                    shutil.copy2(path, settings_dir / path.relative_to(inherited))
+    (settings_dir / "overrides.d" / COURSE_OVERRIDES_FILE).write_text(json.dumps(COURSE_OVERRIDES, indent=2) + "\n",
+                                                                     encoding="utf-8")
+    return settings_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# nbgrader's exchange (the student's Assignments list)
+
+
+def course_id() -> str:
+    """The course id of ``nbgrader_settings`` (the one releases and the gradebook use)."""
+    from traitlets.config import Config
+
+    from autograder.nbgrader_settings import configure
+
+    config = Config()
+    configure(config)
+    return config.CourseDirectory.course_id
+
+
+def nbgrader_default_exchange() -> Path:
+    """nbgrader's own default ``Exchange.root`` (``/usr/local/share/nbgrader/exchange`` in 0.9.6)."""
+    from nbgrader.exchange.default.exchange import Exchange as NbgraderExchange
+
+    return Path(NbgraderExchange.root.default_value)
+
+
+def configured_exchange(root: Path, workspace: Path, skip: tuple[Path, ...] = ()) -> Path:
+    """The ``Exchange.root`` nbgrader's config gives the student's lab, else nbgrader's default.
+
+    Read from ``nbgrader_config.py``/``.json`` in, by rank: the workspace (the Assignments list's
+    working directory), Jupyter's config folders as the list reads them (``JUPYTER_CONFIG_PATH``,
+    ``~/.jupyter``, ``<prefix>/etc/jupyter``, ``/etc/jupyter``), and last the course root (where
+    the instructor's ``nbgrader`` commands run; the list does not read it, so the course's config
+    folder passes it on), less the folders of ``skip`` (the course's own, written from this)."""
+    from jupyter_core.paths import jupyter_config_path
+    from traitlets.config import Config
+    from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+
+    skipped = {Path(p).resolve() for p in skip}
+    folders = [str(workspace), *jupyter_config_path(), str(root)]
+    folders = [f for i, f in enumerate(folders) if Path(f).resolve() not in skipped and f not in folders[:i]]
+    config = Config()
+    for folder in reversed(folders):  # lowest rank first; each merge outranks the last
+        for loader in (PyFileConfigLoader, JSONFileConfigLoader):
+            name = "nbgrader_config" + (".py" if loader is PyFileConfigLoader else ".json")
+            try:
+                config.merge(loader(name, path=folder).load_config())
+            except Exception:  # noqa: BLE001 - none there (ConfigFileNotFound), or broken: nbgrader says so itself
+                continue
+    value = config.Exchange.get("root") if "Exchange" in config else None
+    if not value:
+        return nbgrader_default_exchange()
+    path = Path(str(value)).expanduser()
+    return path if path.is_absolute() else workspace / path
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The exchange the student's Assignments list uses."""
+
+    root: Path
+    configured: Path  # what nbgrader's config (or its default) names
+    local: bool  # ``configured`` does not exist: an empty exchange of the workspace's is used instead
+
+    def nbgrader_config(self) -> str:
+        """The ``nbgrader_config.py`` of the student's lab config folder."""
+        return ("# written by `transformer-course lab` at every start: the exchange your nbgrader config names\n"
+                "# (~/.jupyter/nbgrader_config.py, /etc/jupyter/, the course's), or an empty one of your own where none exists\n"
+                "c = get_config()  # noqa: F821\n"
+                f"c.Exchange.root = {str(self.root)!r}\n"
+                f"c.CourseDirectory.course_id = {course_id()!r}\n")
+
+    def message(self) -> str:
+        """The one line printed at start: where the list's assignments come from, and how a class uses it."""
+        if not self.local:
+            return (f"Assignments list (Nbgrader menu): nbgrader's exchange {self.root}: fetch what your instructor "
+                    "released, submit it, fetch its feedback")
+        return (f"Assignments list (Nbgrader menu): empty, as there is no nbgrader exchange at {self.configured}; in a "
+                "class the instructor releases the lessons into a shared exchange (c.Exchange.root in nbgrader_config.py, "
+                "e.g. /etc/jupyter/nbgrader_config.py) and you fetch and submit them there")
+
+
+def choose_exchange(configured: Path, workspace: Path) -> Exchange:
+    """The configured exchange where it exists; else an empty one of the workspace's own
+    (``<workspace>/.jupyter-course/exchange``), so the list is simply empty, not an error."""
+    if configured.is_dir():
+        return Exchange(configured, configured, local=False)
+    return Exchange(workspace / CONFIG / LOCAL_EXCHANGE, configured, local=True)
 
 
 @dataclass
@@ -190,6 +337,7 @@ class LabPlan:
     env: dict[str, str]
     root_dir: Path
     config_dir: Path | None = None  # the course-managed Jupyter config folder (student lab)
+    app_settings_dir: Path | None = None  # the course-managed JupyterLab app settings folder (both labs)
 
 
 def lab_plan(
@@ -209,27 +357,33 @@ def lab_plan(
     ``TRANSFORMER_COURSE_ROOT`` so a notebook's self-check finds the course wherever the
     workspace is. The student's config folder goes first on ``JUPYTER_CONFIG_PATH`` (above the
     environment's and the system's config, where nbgrader enables its plugins; the student's own
-    ``~/.jupyter`` settings stay in use).
+    ``~/.jupyter`` settings stay in use). This Python's scripts folder goes first on PATH (nbgrader
+    runs ``alembic`` by name). Each lab gets a JupyterLab app settings folder of the course's
+    (:func:`write_app_settings`): the student's in the workspace's config folder, the
+    instructor's in ``<root>/.jupyter-course``.
     """
     root = root.resolve()
     # without MPLBACKEND: a headless backend (the test suite's Agg) would keep every plot out of the notebook
-    env = {k: v for k, v in (os.environ if environ is None else environ).items() if k != "MPLBACKEND"}
+    env = {k: v for k, v in tool_env(environ).items() if k != "MPLBACKEND"}
     env["TRANSFORMER_COURSE_ROOT"] = str(root)
     if instructor:
         root_dir, config_dir = root, None
+        app_settings = root / CONFIG / APP_SETTINGS
         extensions = dict.fromkeys(STUDENT_SERVER_EXTENSIONS + INSTRUCTOR_SERVER_EXTENSIONS, True)
     else:
         if workspace is None:
             raise ValueError("the student's lab needs a workspace")
         root_dir, config_dir = workspace, workspace / CONFIG
+        app_settings = config_dir / APP_SETTINGS
         extensions = {**dict.fromkeys(STUDENT_SERVER_EXTENSIONS, True), **dict.fromkeys(INSTRUCTOR_SERVER_EXTENSIONS, False)}
         others = env.get("JUPYTER_CONFIG_PATH", "")
         env["JUPYTER_CONFIG_PATH"] = os.pathsep.join([str(config_dir), *([others] if others else [])])
-    cmd = [jupyter, "lab", f"--ServerApp.root_dir={root_dir}", *server_extension_args(extensions)]
+    cmd = [jupyter, "lab", f"--ServerApp.root_dir={root_dir}", f"--LabApp.app_settings_dir={app_settings}",
+           *server_extension_args(extensions)]
     if port:
         cmd.append(f"--ServerApp.port={port}")
     if no_browser:
         cmd.append("--no-browser")
     if as_root:
         cmd.append("--ServerApp.allow_root=True")
-    return LabPlan(cmd=cmd, cwd=root, env=env, root_dir=root_dir, config_dir=config_dir)
+    return LabPlan(cmd=cmd, cwd=root, env=env, root_dir=root_dir, config_dir=config_dir, app_settings_dir=app_settings)

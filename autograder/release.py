@@ -12,7 +12,6 @@ Two things are generated, and both are committed and checked by CI to be up to d
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -29,6 +28,7 @@ from autograder.course import (
     lessons,
     without_solution_markers,
 )
+from autograder.environment import tool_env
 
 REFERENCE_DIR = Path("helpers") / "reference"
 TRIVIAL = re.compile(r"^(pass|return|else:|try:|\)|\]|\}|#.*|)$")
@@ -75,14 +75,6 @@ def write_references(root: Path) -> list[Path]:
             target.write_text(text, encoding="utf-8")
             written.append(rel)
     return written
-
-
-def tool_env() -> dict[str, str]:
-    """The environment for nbgrader: it calls ``alembic`` by name, so this Python's scripts
-    folder must be on PATH even when the tool was started by its full path."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
 
 
 def generate_release(root: Path, out_dir: Path, db_url: str | None = None, only: list[str] | None = None) -> None:

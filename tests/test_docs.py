@@ -195,3 +195,151 @@ def test_readme_mentions_every_subcommand(monkeypatch, capsys):
     text = readme()
     absent = [name for name in commands if not re.search(rf"transformer-course\s+{re.escape(name)}\b", text)]
     assert not absent, f"README never shows `transformer-course NAME` for: {absent}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the instructor's section: nbgrader's exchange, the round trip, the Dask pool
+
+ROUNDTRIP_TEST = ROOT / "tests" / "test_roundtrip.py"
+
+
+def readme_section(heading: str) -> str:
+    """README's text from the heading that contains ``heading`` to the next heading of its level or above."""
+    lines = readme().splitlines()
+    fenced, headings = False, {}  # line number -> level, outside fenced blocks (where "#" starts a comment)
+    for i, line in enumerate(lines):
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#+\s", line):
+            headings[i] = len(line) - len(line.lstrip("#"))
+    start = next((i for i in headings if heading in lines[i]), None)
+    assert start is not None, f"README has a heading with {heading!r}"
+    end = next((i for i in headings if i > start and headings[i] <= headings[start]), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def shell_commands(text: str) -> list[str]:
+    """The command lines of the fenced blocks in ``text``: continuations joined, comments dropped."""
+    commands, fenced, pending = [], False, ""
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced:
+            continue
+        line = pending + re.sub(r"(^|\s)#.*$", "", line).strip()
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        commands += [part.strip() for part in line.split("&&") if part.strip()]
+    return commands
+
+
+def program_and_options(words: list[str]) -> tuple[str, set[str]]:
+    """``("nbgrader collect", {"--update", ...})`` for the words of one command (after the program)."""
+    sub = next((w for w in words if not w.startswith("-")), "")
+    return sub, {w.split("=", 1)[0] for w in words if w.startswith("--")}
+
+
+def readme_runs(text: str) -> list[tuple[str, str, set[str]]]:
+    """(program, subcommand, options) of each `nbgrader` and `transformer-course` command in ``text``."""
+    runs = []
+    for command in shell_commands(text):
+        words = command.split()
+        if words and words[0] in ("nbgrader", "transformer-course"):
+            runs.append((words[0], *program_and_options(words[1:])))
+    return runs
+
+
+def roundtrip_test_runs() -> list[tuple[str, str, set[str]]]:
+    """(program, subcommand, options) of each command tests/test_roundtrip.py runs: calls of its
+    ``nbgrader(...)`` helper (which adds ``--Exchange.root``) and ``[sys.executable, "-m", ...]`` lists."""
+    import ast
+
+    def text_of(node) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            return node.values[0].value + "X"  # an f-string's fixed start is enough for an option's name
+        return None
+
+    runs = []
+    for node in ast.walk(ast.parse(ROUNDTRIP_TEST.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "nbgrader":
+            words = [w for w in map(text_of, node.args) if w is not None]
+            sub, options = program_and_options(words)
+            if sub:
+                runs.append(("nbgrader", sub, options | {"--Exchange.root"}))
+        elif isinstance(node, ast.List):
+            words = [text_of(e) or "" for e in node.elts]
+            for module, program in (("nbgrader", "nbgrader"), ("autograder.cli", "transformer-course")):
+                if "-m" in words and module in words and words.index(module) == words.index("-m") + 1:
+                    sub, options = program_and_options(words[words.index(module) + 1:])
+                    if sub:  # not the helper's own list, whose subcommand is its argument
+                        runs.append((program, sub, options))
+    return runs
+
+
+def test_readme_names_nbgraders_own_default_exchange():
+    from nbgrader.exchange.default.exchange import Exchange
+
+    default = Exchange.root.default_value
+    text = readme()
+    said = [m.group(1) for m in re.finditer(r"`(/[\w./-]+)`", text)
+            if "exchange" in m.group(1) and "default" in text[max(0, m.start() - 60):m.start()]]
+    assert said and set(said) == {default}, f"README calls {said} nbgrader's default exchange; nbgrader 0.9's is {default}"
+
+
+def test_readme_jupyterhub_recipe_sets_the_exchange_it_mounts():
+    recipe = next(p for p in readme_section("Several machines").split("\n- ") if "JupyterHub with a shared volume" in p)
+    mounted = re.search(r"Mount one volume at `([^`]+)`", recipe)
+    assert mounted, recipe
+    assert f'c.Exchange.root = "{mounted.group(1)}"' in recipe, "nbgrader looks elsewhere unless told: set c.Exchange.root"
+
+
+def test_readme_round_trip_is_the_one_its_test_runs():
+    """Every command of README's round trip is run by tests/test_roundtrip.py, with at least the
+    options README gives it."""
+    tested = roundtrip_test_runs()
+    assert ("nbgrader", "collect", {"--update", "--Exchange.root"}) in tested
+    untested = []
+    for program, sub, options in readme_runs(readme_section("nbgrader's round trip")):
+        if program == "transformer-course" and sub == "release":
+            continue  # run by test_notebooks.py's `release --check`
+        if not any(p == program and s == sub and options <= o for p, s, o in tested):
+            untested.append(f"{program} {sub} {sorted(options)}")
+    assert not untested, f"README's round trip has commands tests/test_roundtrip.py does not run: {untested}"
+
+
+def test_readme_collects_with_update_and_says_who_submits():
+    """``nbgrader collect`` keeps a student's earlier submission unless given ``--update``; a
+    shared account's students name themselves to ``submit`` with ``--student``."""
+    collects = [r for r in readme_runs(readme()) if r[:2] == ("nbgrader", "collect")]
+    assert collects and all("--update" in options for _, _, options in collects), collects
+    roundtrip = readme_section("nbgrader's round trip")
+    assert "own account" in roundtrip and "--student" in roundtrip
+
+
+def test_readme_dask_pool_commands_exist_and_name_what_workers_need():
+    pytest.importorskip("distributed")
+    import sys
+
+    text = readme_section("Grading past one machine")
+    part = text[text.index("--executor dask://"):]
+    commands = [c.split() for c in shell_commands(part) if re.match(r"(\w+=\S+\s+)*dask\s", c)]
+    commands = [words[next(i for i, w in enumerate(words) if w == "dask"):] for words in commands]
+    assert {words[1] for words in commands} >= {"scheduler", "worker"}, commands
+    dask = Path(sys.executable).parent / "dask"
+    for words in commands:
+        helped = subprocess.run([str(dask), words[1], "--help"], capture_output=True, text=True, timeout=120).stdout
+        unknown = [w.split("=")[0] for w in words[2:] if w.startswith("--") and w.split("=")[0] not in helped]
+        assert not unknown, f"`dask {words[1]}` has no option {unknown}"
+    assert any(w[1] == "worker" and "--nthreads" in w for w in commands)
+    assert "TRANSFORMER_COURSE_DATA" in part, "a worker without the internet needs the data's path"
+    # the grading secret stays on the grading machine: each task carries the salt drawn from it
+    from autograder.protocol import Limits
+
+    assert "salt" in Limits.__dataclass_fields__
+    assert '"limits": dataclasses.asdict(limits_for(' in (ROOT / "autograder" / "dask_executor.py").read_text()
+    assert "secret" in part

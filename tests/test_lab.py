@@ -3,29 +3,43 @@ and the student's and the instructor's labs are started with the right tools (se
 test_labs_browser.py for what a browser then shows)."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from autograder import cli
 from autograder.course import RELEASE, CourseError
+from autograder.environment import tool_env
 from autograder.lab import (
+    APP_SETTINGS,
     CONFIG,
+    COURSE_OVERRIDES,
+    COURSE_OVERRIDES_FILE,
     INSTRUCTOR_PLUGINS,
     INSTRUCTOR_SERVER_EXTENSIONS,
+    LOCAL_EXCHANGE,
     MANIFEST,
     STUDENT_KEPT_PLUGINS,
     STUDENT_SERVER_EXTENSIONS,
+    choose_exchange,
+    configured_exchange,
     lab_plan,
+    nbgrader_default_exchange,
     resolve_workspace,
     student_page_config,
     sync_workspace,
+    write_app_settings,
     write_student_config,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON_03 = "03-self-attention/03-self-attention.ipynb"
+HERE_BIN = str(Path(sys.executable).parent)  # this Python's scripts: jupyter, nbgrader, alembic
+NOTIFICATION = "@jupyterlab/apputils-extension:notification"
 
 
 @pytest.fixture
@@ -124,6 +138,9 @@ def test_student_lab_locks_the_instructor_tools_out(tmp_path):
     assert plan.config_dir == work / CONFIG
     assert plan.env["JUPYTER_CONFIG_PATH"].split(":") == [str(work / CONFIG), "/etc/mine"]
     assert plan.env["TRANSFORMER_COURSE_ROOT"] == str(ROOT) and "MPLBACKEND" not in plan.env
+    assert plan.env["PATH"].split(os.pathsep) == [HERE_BIN, "/bin"], "nbgrader runs alembic by name"
+    assert plan.app_settings_dir == work / CONFIG / APP_SETTINGS
+    assert f"--LabApp.app_settings_dir={work / CONFIG / APP_SETTINGS}" in plan.cmd
 
     config = student_page_config()
     assert set(config["disabledExtensions"]) == set(config["lockedExtensions"]) == set(INSTRUCTOR_PLUGINS)
@@ -140,6 +157,180 @@ def test_instructor_lab_opens_the_course_root_with_formgrader():
         assert f"--ServerApp.jpserver_extensions={name}=True" in plan.cmd
     assert plan.config_dir is None and "JUPYTER_CONFIG_PATH" not in plan.env
     assert "--no-browser" not in plan.cmd and "--ServerApp.allow_root=True" not in plan.cmd
+    assert plan.env["PATH"].split(os.pathsep) == [HERE_BIN, "/bin"], "Formgrader's gradebook runs alembic by name"
+    assert plan.app_settings_dir == ROOT / CONFIG / APP_SETTINGS
+    assert f"--LabApp.app_settings_dir={ROOT / CONFIG / APP_SETTINGS}" in plan.cmd
+
+
+# ---------------------------------------------------------------------------------------------
+# the environment of every Jupyter and nbgrader process
+
+
+def test_this_pythons_scripts_come_first_on_path():
+    mine = {"PATH": os.pathsep.join(["/usr/bin", HERE_BIN, "/bin"]), "OTHER": "kept"}
+    env = tool_env(mine)
+    assert env["PATH"].split(os.pathsep) == [HERE_BIN, "/usr/bin", "/bin"] and env["OTHER"] == "kept"
+    assert mine["PATH"].startswith("/usr/bin"), "the given environment is not changed"
+    assert tool_env({})["PATH"] == HERE_BIN
+    assert (Path(HERE_BIN) / "alembic").exists(), "nbgrader's gradebook needs alembic beside this Python"
+
+
+def test_one_helper_sets_path_for_every_process_the_course_starts(tmp_path, monkeypatch):
+    """``environment.tool_env`` is the only place that puts this Python's folder on a PATH:
+    release's nbgrader, the labs and the book's kernels all go through it."""
+    from autograder import book, release
+
+    assert release.tool_env is tool_env
+    own = ROOT / "autograder" / "environment.py"
+    elsewhere = [p.name for p in (ROOT / "autograder").glob("*.py")
+                 if p != own and "sys.executable).parent" in p.read_text(encoding="utf-8")]
+    assert not elsewhere, f"use autograder.environment.tool_env in {elsewhere}"
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # started by its full path, the environment not activated
+    assert book._build_env(ROOT, tmp_path / "ipython")["PATH"].split(os.pathsep) == [HERE_BIN, "/usr/bin", "/bin"]
+
+
+# ---------------------------------------------------------------------------------------------
+# JupyterLab's news: off by default in both labs
+
+
+def test_the_news_setting_exists_in_the_installed_jupyterlab():
+    from jupyterlab.commands import get_app_dir
+
+    schema = Path(get_app_dir()) / "schemas" / "@jupyterlab" / "apputils-extension" / "notification.json"
+    fetch_news = json.loads(schema.read_text(encoding="utf-8"))["properties"]["fetchNews"]
+    plugin, = COURSE_OVERRIDES
+    assert plugin == NOTIFICATION
+    assert COURSE_OVERRIDES[plugin]["fetchNews"] in {choice["const"] for choice in fetch_news["oneOf"]}
+    assert COURSE_OVERRIDES[plugin]["fetchNews"] == "false", "Never: no pop-up asking, nothing fetched"
+
+
+def test_the_app_settings_keep_the_environments_own_and_add_the_news_default(tmp_path):
+    """JupyterLab reads the course's folder as it reads its own (jupyterlab_server's
+    ``_get_overrides``): the news default is there, and the environment's overrides and page
+    config are kept and outrank it (an administrator's choice stands)."""
+    from jupyterlab_server.settings_utils import _get_overrides
+
+    inherited = tmp_path / "env-settings"
+    (inherited / "overrides.d").mkdir(parents=True)
+    (inherited / "overrides.json").write_text(json.dumps({"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}}))
+    (inherited / "overrides.d" / "50-site.json").write_text(json.dumps({NOTIFICATION: {"checkForUpdates": False}}))
+    (inherited / "page_config.json").write_text(json.dumps({"disabledExtensions": ["some-plugin"]}))
+    mine = tmp_path / "course" / CONFIG / APP_SETTINGS
+    (mine / "overrides.d").mkdir(parents=True)
+    (mine / "overrides.d" / "stale.json").write_text("{}")  # from an earlier start: rewritten
+
+    write_app_settings(mine, inherited)
+    overrides, error = _get_overrides(str(mine))
+    assert not error
+    assert overrides[NOTIFICATION] == {"fetchNews": "false", "checkForUpdates": False}
+    assert overrides["@jupyterlab/apputils-extension:themes"] == {"theme": "JupyterLab Dark"}
+    assert sorted(p.name for p in (mine / "overrides.d").iterdir()) == [COURSE_OVERRIDES_FILE, "50-site.json"]
+    assert (mine / "page_config.json").read_bytes() == (inherited / "page_config.json").read_bytes()
+
+    (inherited / "overrides.json").write_text(json.dumps({NOTIFICATION: {"fetchNews": "true"}}))
+    write_app_settings(mine, inherited)
+    assert _get_overrides(str(mine))[0][NOTIFICATION]["fetchNews"] == "true"
+    write_app_settings(mine, None)  # no folder of the environment's
+    assert _get_overrides(str(mine))[0] == COURSE_OVERRIDES
+
+
+# ---------------------------------------------------------------------------------------------
+# the student's Assignments list and nbgrader's exchange
+
+
+@pytest.fixture
+def person(tmp_path, monkeypatch) -> Path:
+    """A HOME of its own, whose Jupyter folders are inside it (no config of this machine's user)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(home / ".jupyter"))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(home / ".local" / "share" / "jupyter"))
+    monkeypatch.delenv("JUPYTER_CONFIG_PATH", raising=False)
+    return home
+
+
+def test_the_exchange_is_read_from_nbgraders_config_files(tmp_path, person, monkeypatch):
+    from nbgrader.exchange.default.exchange import Exchange
+
+    course, work = tmp_path / "course", tmp_path / "work"
+    course.mkdir()
+    work.mkdir()
+    assert nbgrader_default_exchange() == Path(Exchange.root.default_value) == Path("/usr/local/share/nbgrader/exchange")
+    assert configured_exchange(course, work) == nbgrader_default_exchange()
+
+    exchange_config(course, "/from/the/course")
+    assert configured_exchange(course, work) == Path("/from/the/course")
+    exchange_config(person / ".jupyter", "/from/the/user")  # Jupyter's config folders outrank the course's
+    assert configured_exchange(course, work) == Path("/from/the/user")
+    (work / CONFIG).mkdir()
+    (work / CONFIG / "nbgrader_config.json").write_text(json.dumps({"Exchange": {"root": "/ours"}}))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(work / CONFIG))  # as lab_plan sets it: above ~/.jupyter
+    assert configured_exchange(course, work) == Path("/ours")
+    assert configured_exchange(course, work, skip=(work / CONFIG,)) == Path("/from/the/user"), "the course's own is skipped"
+    (person / ".jupyter" / "nbgrader_config.py").unlink()
+    assert configured_exchange(course, work, skip=(work / CONFIG,)) == Path("/from/the/course")
+    exchange_config(work, "/in/the/workspace")  # the Assignments list's working directory outranks all
+    assert configured_exchange(course, work) == Path("/in/the/workspace")
+
+
+def test_without_an_exchange_the_assignments_list_is_empty_not_an_error(tmp_path, person, monkeypatch):
+    """What the student's Assignments list asks nbgrader's server extension (its courses, its
+    assignments) answers with success and an empty list when no exchange exists."""
+    from nbgrader.server_extensions.assignment_list.handlers import AssignmentList
+
+    work = tmp_path / "work"
+    missing = tmp_path / "no-exchange"
+    exchange = choose_exchange(missing, work)
+    assert exchange.local and exchange.root == work / CONFIG / LOCAL_EXCHANGE and exchange.configured == missing
+    line = exchange.message()
+    assert "\n" not in line and str(missing) in line and "c.Exchange.root" in line and "instructor" in line
+
+    work.mkdir()
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(work / CONFIG))  # as lab_plan sets it
+    listing = AssignmentList()
+    listing.root_dir = str(work)
+    exchange_config(work / CONFIG, missing)  # whatever this machine has at nbgrader's default
+    assert not listing.list_courses()["success"], "nbgrader's own answer: the exchange does not exist"
+
+    write_student_config(work / CONFIG, exchange)
+    assert exchange.root.is_dir() and not any(exchange.root.iterdir())
+    assert listing.list_courses() == {"success": True, "value": []}
+    assert listing.list_assignments(course_id="transformer-course") == {"success": True, "value": []}
+
+    shared = tmp_path / "shared-exchange"
+    shared.mkdir()
+    found = choose_exchange(shared, work)
+    assert not found.local and found.root == shared and str(shared) in found.message()
+    write_student_config(work / CONFIG, found)
+    assert f"c.Exchange.root = {str(shared)!r}" in (work / CONFIG / "nbgrader_config.py").read_text()
+
+
+def exchange_config(folder: Path, root: str | Path) -> None:
+    """An ``nbgrader_config.py`` in ``folder`` that names the exchange ``root``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(root)!r}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# git ignores nbgrader's working folders
+
+
+def test_git_ignores_nbgraders_working_folders():
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    ignored = ["submitted/ada/03/x.ipynb", "autograded/ada/x", "feedback/ada/x.html", "graded/grades.csv",
+               "release/03/x.ipynb", "source/03/x.ipynb", "gradebook.db", "work/03/x.ipynb", f"{CONFIG}/{APP_SETTINGS}/x.json",
+               ".grading-secret"]
+    for path in ignored:
+        assert not [t for t in tracked if t == path.split("/")[0] or t.startswith(path.split("/")[0] + "/")], \
+            f"{path.split('/')[0]} is tracked: it cannot be ignored"
+    done = subprocess.run(["git", "check-ignore", "--no-index", *ignored], cwd=ROOT, capture_output=True, text=True)
+    assert sorted(done.stdout.split()) == sorted(ignored), f"not ignored: {set(ignored) - set(done.stdout.split())}"
+    kept = ["notebooks/03/x.ipynb", "solutions/03/x.ipynb", "helpers/feedback/x.py", "tests/graded/x.py"]
+    done = subprocess.run(["git", "check-ignore", "--no-index", *kept], cwd=ROOT, capture_output=True, text=True)
+    assert done.stdout.split() == [], "only the folders at the course root"
 
 
 def test_the_plugin_ids_are_nbgrader_s_own():
@@ -157,7 +348,7 @@ def test_the_plugin_ids_are_nbgrader_s_own():
         assert f'"{plugin}"' in text, f"nbgrader's labextension has no plugin {plugin}"
 
 
-def test_cli_starts_the_student_lab_on_a_synced_workspace(tmp_path, monkeypatch, capsys):
+def test_cli_starts_the_student_lab_on_a_synced_workspace(tmp_path, monkeypatch, capsys, person):
     started = {}
 
     def fake_call(cmd, cwd, env):
@@ -171,8 +362,21 @@ def test_cli_starts_the_student_lab_on_a_synced_workspace(tmp_path, monkeypatch,
     assert (work / LESSON_03).read_bytes() == (ROOT / RELEASE / LESSON_03).read_bytes()
     assert f"--ServerApp.root_dir={work.resolve()}" in started["cmd"]
     assert (work / CONFIG / "labconfig" / "page_config.json").is_file()
-    assert "created your workspace" in capsys.readouterr().out
+    assert (work / CONFIG / APP_SETTINGS / "overrides.d" / COURSE_OVERRIDES_FILE).is_file()
+    assert started["env"]["PATH"].split(os.pathsep)[0] == HERE_BIN
+    out = capsys.readouterr().out.splitlines()
+    assert "created your workspace" in out[0]
+    exchange_line = [line for line in out if line.startswith("Assignments list")]
+    assert len(exchange_line) == 1, out
+    if not nbgrader_default_exchange().is_dir():  # no exchange on this machine: an empty one of the workspace's
+        assert str(nbgrader_default_exchange()) in exchange_line[0]
+        assert (work / CONFIG / LOCAL_EXCHANGE).is_dir()
+        assert str(work.resolve() / CONFIG / LOCAL_EXCHANGE) in (work / CONFIG / "nbgrader_config.py").read_text()
 
+    course = tmp_path / "course"  # the instructor's lab writes its settings into the course root: not the checkout's
+    (course / "solutions").mkdir(parents=True)
+    monkeypatch.setenv("TRANSFORMER_COURSE_ROOT", str(course))
     assert cli.main(["lab", "--instructor", "--no-browser"]) == 0
-    assert f"--ServerApp.root_dir={ROOT}" in started["cmd"]
+    assert f"--ServerApp.root_dir={course.resolve()}" in started["cmd"]
+    assert (course / CONFIG / APP_SETTINGS / "overrides.d" / COURSE_OVERRIDES_FILE).is_file()
     assert cli.main(["lab", "--instructor", "--workspace", str(work)]) == 2

@@ -4,16 +4,21 @@
   the menus, the launcher, the command palette or the side bars; ``/formgrader`` answers 404; the
   disabled plugins are locked, so JupyterLab's plugin manager refuses to switch them back on),
   while the Assignments list and the Validate button are there;
-* the instructor's (``--instructor``): Formgrader opens and lists the course's assignments.
+* the instructor's (``--instructor``): Formgrader opens and lists the course's assignments,
+  started as an instructor types it, ``.venv/bin/transformer-course lab --instructor`` with the
+  environment not activated (its folder not on PATH: nbgrader must still find ``alembic``);
+* in both, JupyterLab never asks about (or fetches) Jupyter's news; in the student's, the
+  Assignments list is empty, not an error, where no nbgrader exchange exists.
 
-Both are started by the real command (``python -m autograder.cli lab``), on 127.0.0.1 with a
-token, in a temporary HOME; the instructor's on a temporary copy of the course, so nothing is
-written into the checkout. Locally the tests are skipped without Playwright or Chromium; with
+Both are started by the real command, on 127.0.0.1 with a token, in a temporary HOME; the
+instructor's on a temporary copy of the course, so nothing is written into the checkout. Locally the tests are skipped without Playwright or Chromium; with
 ``CI`` set they fail (see test_browser.py).
 """
 
 import json
+import os
 import secrets
+import sqlite3
 import sys
 import urllib.error
 import urllib.request
@@ -24,11 +29,15 @@ import pytest
 from jupyter_env import LAB_DROP, ROOT, copy_course, jupyter_server, person_env
 
 from autograder.course import RELEASE
-from autograder.lab import INSTRUCTOR_PLUGINS
+from autograder.lab import COURSE_OVERRIDES, INSTRUCTOR_PLUGINS, nbgrader_default_exchange
 
 APP_READY_S = 120
 # what a student must never be offered, as JupyterLab labels it
 INSTRUCTOR_LABELS = ("Formgrader", "Create assignment", "Create Assignment", "Course List", "Courses")
+NOTIFICATION = "@jupyterlab/apputils-extension:notification"
+NEWS_PROMPT = "official Jupyter news"  # "Would you like to get notified about official Jupyter news?"
+#: what nbgrader's Assignments list shows when the exchange folder does not exist
+EXCHANGE_ERRORS = ("Error fetching courses", "exchange directory does not exist")
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +47,8 @@ class Lab:
     url: str
     token: str
     log: Path
-    workspace: Path | None = None
+    workspace: Path | None = None  # the student's
+    course: Path | None = None  # the instructor's course root
 
 
 def http(lab: Lab, path: str, method: str = "GET", body: dict | None = None) -> tuple[int, str]:
@@ -54,16 +64,25 @@ def http(lab: Lab, path: str, method: str = "GET", body: dict | None = None) -> 
         return err.code, err.read().decode("utf-8", "replace")
 
 
-def start_lab(tmp: Path, args: list[str], course: Path):
-    """``transformer-course lab ARGS`` on a free port; yields a Lab, then stops it."""
+def start_lab(tmp: Path, args: list[str], course: Path, *, by_script: bool = False):
+    """``transformer-course lab ARGS`` on a free port; yields a Lab, then stops it. ``by_script``:
+    started by the environment's ``transformer-course`` script with its folder off PATH, as
+    ``.venv/bin/transformer-course`` is run from a shell that did not activate the environment."""
     home = tmp / "home"
     home.mkdir(exist_ok=True)
     token = secrets.token_urlsafe(24)
     env = person_env(home, drop=LAB_DROP, JUPYTER_TOKEN=token, TRANSFORMER_COURSE_ROOT=str(course))
     log_path = tmp / "lab.log"
+    here = Path(sys.executable).parent
+    script = here / "transformer-course"
+    if by_script and script.exists():
+        env["PATH"] = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p) != here)
+        start = [str(script)]
+    else:
+        start = [sys.executable, "-m", "autograder.cli"]
 
     def command(port: int) -> list[str]:
-        return [sys.executable, "-m", "autograder.cli", "lab", *args, "--no-browser", f"--port={port}"]
+        return [*start, "lab", *args, "--no-browser", f"--port={port}"]
 
     with jupyter_server(command, cwd=course, env=env, token=token, log=log_path,
                         failure=f"`transformer-course lab {' '.join(args)}` did not answer") as port:
@@ -83,7 +102,9 @@ def instructor_lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("instructor-lab")
     course = tmp / "course"  # formgrader writes its gradebook.db into the course root: never the checkout's
     copy_course(course)
-    yield from start_lab(tmp, ["--instructor"], course)
+    for lab in start_lab(tmp, ["--instructor"], course, by_script=True):
+        lab.course = course
+        yield lab
 
 
 def open_lab(page, lab: Lab, path: str = "") -> None:
@@ -115,6 +136,17 @@ def palette_labels(page, query: str) -> list[str]:
         .map(item => item.querySelector('.lm-CommandPalette-itemLabel').textContent.trim())""")
     palette.fill("")
     return labels
+
+
+def news_checks(page, lab: Lab) -> None:
+    """The news setting's default is "false" (Never) on the server, and the open lab shows no
+    news prompt (JupyterLab asks right after the app is restored when it is "none")."""
+    status, reply = http(lab, f"/lab/api/settings/{NOTIFICATION}")
+    assert status == 200, reply[:500]
+    default = json.loads(reply)["schema"]["properties"]["fetchNews"]["default"]
+    assert default == COURSE_OVERRIDES[NOTIFICATION]["fetchNews"] == "false", default
+    page.wait_for_timeout(3000)  # the prompt would be up by now
+    assert page.get_by_text(NEWS_PROMPT).count() == 0, "JupyterLab asks about Jupyter's news"
 
 
 def screenshot_on_failure(page, lab: Lab, tmp_path: Path, name: str):
@@ -157,6 +189,7 @@ def student_lab_checks(page, lab: Lab, tmp_path: Path) -> None:
     launcher.first.wait_for(state="visible", timeout=60_000)
     launcher_text = launcher.first.text_content()
     assert "Notebook" in launcher_text
+    news_checks(page, lab)
     for label in INSTRUCTOR_LABELS:
         assert label not in launcher_text, f"the launcher offers {label}"
 
@@ -179,8 +212,15 @@ def student_lab_checks(page, lab: Lab, tmp_path: Path) -> None:
     # the Assignments list opens, and a notebook has nbgrader's Validate button
     page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first.click()
     page.locator(".lm-Menu-item").filter(has_text="Assignment List").first.click()
-    page.locator("#nbgrader-assignment-list").wait_for(state="visible", timeout=30_000)
-    assert "Released assignments" in page.locator("#nbgrader-assignment-list").text_content()
+    assignments = page.locator("#nbgrader-assignment-list")
+    assignments.wait_for(state="visible", timeout=30_000)
+    assert "Released assignments" in assignments.text_content()
+    if not nbgrader_default_exchange().is_dir():  # no exchange here: an empty list, not an error
+        status, reply = http(lab, "/courses")
+        assert status == 200 and json.loads(reply) == {"success": True, "value": []}, reply[:500]
+        page.wait_for_timeout(2000)  # the list asks the server for its courses
+        shown = page.locator("body").text_content()
+        assert not [e for e in EXCHANGE_ERRORS if e in shown], [e for e in EXCHANGE_ERRORS if e in shown]
 
     open_lab(page, lab, f"/tree/{notebook}")
     page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=90_000)
@@ -194,7 +234,13 @@ def test_instructor_lab_opens_formgrader(page, instructor_lab, tmp_path):
     lab = instructor_lab
     try:
         assert http(lab, "/formgrader")[0] == 200
+        # Formgrader's first page made the gradebook: with alembic found, it has its version table
+        assert http(lab, "/formgrader/api/assignments")[0] == 200
+        with sqlite3.connect(lab.course / "gradebook.db") as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "alembic_version" in tables, sorted(tables)
         open_lab(page, lab)
+        news_checks(page, lab)
         labels = menu_labels(page, "Nbgrader")
         assert {"Assignment List", "Formgrader", "Course List"} <= set(labels), labels
         page.locator(".lm-MenuBar-item").filter(has_text="Nbgrader").first.click()

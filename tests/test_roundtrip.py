@@ -80,7 +80,7 @@ def test_release_submit_grade_and_feedback_round_trip(tmp_path):
         nbgrader("submit", ASSIGNMENT, f"--course={COURSE_ID}", f"--student={student}", cwd=home, env=env,
                  exchange=exchange)
 
-    nbgrader("collect", ASSIGNMENT, cwd=course, env=teacher, exchange=exchange)
+    nbgrader("collect", "--update", ASSIGNMENT, cwd=course, env=teacher, exchange=exchange)  # as README writes it
     for student in answers:
         assert (course / "submitted" / student / ASSIGNMENT / NOTEBOOK).is_file()
         assert (course / "submitted" / student / ASSIGNMENT / "submission_secret.txt").is_file()

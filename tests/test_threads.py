@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.threads import THREADS_ENV_VAR, busy_cpus, cgroup_cpu_limit, choose_threads, usable_cpus
+from helpers.threads import (
+    THREADS_ENV_VAR,
+    busy_cpus,
+    cgroup_cpu_limit,
+    choose_threads,
+    usable_cpus,
+)
 
 
 @pytest.mark.parametrize(

@@ -342,6 +342,27 @@ def test_the_sandbox_hides_homes_exchanges_and_mounts_and_puts_python_back(tmp_p
         Path(sys.prefix).resolve().is_relative_to(h) for h in map(Path, hidden))
 
 
+def test_the_sandbox_hides_nbgraders_exchange(tmp_path, monkeypatch):
+    """nbgrader's default exchange and the one the course's nbgrader_config.py names are hidden
+    (every student's submission is there), unless a hidden folder already holds them."""
+    from nbgrader.exchange.default.exchange import Exchange
+
+    from autograder import sandbox
+
+    course = tmp_path / "course"
+    (course / "solutions").mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(tmp_path / 'ex')!r}\n")
+    assert sandbox.exchange_roots(course) == {Path(Exchange.root.default_value), tmp_path / "ex"}
+
+    elsewhere = Path("/var")  # an existing folder outside /home, /srv, /mnt, /media, /tmp
+    monkeypatch.setattr(sandbox, "exchange_roots", lambda root: {elsewhere, tmp_path, Path("/nowhere/exchange")})
+    args = list(sandbox.isolation("bwrap", ROOT, tmp_path, [], []).prefix)
+    hidden = [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
+    assert str(elsewhere) in hidden
+    assert str(tmp_path) not in hidden, "inside /tmp, which is hidden already"
+    assert "/nowhere/exchange" not in hidden, "a folder that does not exist is not mounted over"
+
+
 def test_the_grading_salt_is_the_course_secret_kept_in_a_private_file(tmp_path, monkeypatch):
     from autograder.batch import SECRET_ENV, SECRET_FILE, grading_salt
 
