@@ -7,14 +7,18 @@ Modules (import the one you need; nothing is star-imported):
 * ``helpers.reference`` - the reference implementation, generated from ``solutions/``
 * ``helpers.params``    - counting parameters
 * ``helpers.threads``   - how many threads PyTorch uses (chosen here, once, on import)
+* ``helpers.notebook``  - the quick setting, and validation that cannot succeed after an interrupted cell
 
 Importing ``helpers`` sets PyTorch's thread count to one that fits the machine (its usable CPUs
 less the load already on them, or ``TRANSFORMER_COURSE_THREADS``): ``THREADS`` says what was
-chosen, and a Jupyter kernel prints it in one line.
+chosen, and a Jupyter kernel prints it in one line. In a kernel that nbgrader is validating, a
+cell that ends interrupted (nbgrader's time limit) stops the kernel, so that validation fails
+instead of reporting success (``helpers.notebook``).
 """
 
 import sys
 
+from helpers.notebook import guard_validation
 from helpers.threads import apply_threads
 
 __version__ = "0.1.0"
@@ -22,3 +26,4 @@ __version__ = "0.1.0"
 THREADS = apply_threads()
 if "ipykernel" in sys.modules:  # a notebook: say it once; scripts and the grader stay quiet
     print(THREADS.line())
+    guard_validation()
