@@ -141,7 +141,7 @@ def mathjax_dir() -> Path:
             return folder
     raise CourseError(
         f"the book typesets its math with a MathJax it serves itself, from the {MATHJAX_PACKAGE} "
-        f"package: pip install {MATHJAX_PACKAGE} (or ./setup.sh --dev, or pip install -e '.[book]')"
+        f"package: ./setup.sh --book (or pip install -e '.[book]' in the course's environment)"
     )
 
 
@@ -443,6 +443,11 @@ def build_book(root: Path, out: Path, *, execute: bool = True, only: list[str] |
     book; any other non-empty folder is refused.
     """
     root, out = Path(root).resolve(), Path(out).resolve()
+    missing = [name for name in ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx_design")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CourseError(f"the book's tools are not installed ({', '.join(missing)}): run ./setup.sh --book "
+                          "(or pip install -e '.[book]' in the course's environment)")
     if out == root or out in root.parents or out == root / SOLUTIONS or (root / SOLUTIONS) in out.parents:
         raise CourseError(f"--out {out} would overwrite the course; choose a folder of its own")
     course = select_lessons(root, only)

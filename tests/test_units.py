@@ -403,3 +403,18 @@ def test_salted_cases_keep_the_written_ones_first_and_add_varied_ones():
     assert list(cases) == written  # the salt ends with its block
     with salted(99):  # nothing to vary: the cases as written, none repeated
         assert list(SaltedCases([("text", 1)], reseed)) == [("text", 1)]
+
+
+def test_the_book_without_its_tools_says_the_one_step_that_installs_them(monkeypatch, tmp_path):
+    """README's book command starts with ./setup.sh --book; without it the build says so, whole."""
+    import importlib.util
+
+    from autograder import book
+    from autograder.course import CourseError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "myst_nb" else real(name, *a))
+    with pytest.raises(CourseError, match=r"myst_nb.*\./setup\.sh --book"):
+        book.build_book(book.Path(__file__).resolve().parents[1], tmp_path / "out")
+    readme = (book.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "./setup.sh --book && .venv/bin/transformer-course book" in readme
