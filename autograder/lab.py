@@ -59,6 +59,9 @@ INSTRUCTOR_PLUGINS = (f"{NBGRADER_LAB}:formgrader", f"{NBGRADER_LAB}:create-assi
 # nbgrader's server extensions, all enabled by its install (jupyter_server_config.d/nbgrader.json)
 STUDENT_SERVER_EXTENSIONS = ("nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.validate_assignment")
 INSTRUCTOR_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list")
+#: the course's own server extension of the instructor's lab: Formgrader reads the gradebook afresh
+#: at every request, so what `grade --gradebook` writes while it is open shows at once (formgrader_fresh.py)
+FORMGRADER_FRESH = "autograder.formgrader_fresh"
 
 _SKIP = {".ipynb_checkpoints", "__pycache__", ".DS_Store"}
 
@@ -369,7 +372,7 @@ def lab_plan(
     if instructor:
         root_dir, config_dir = root, None
         app_settings = root / CONFIG / APP_SETTINGS
-        extensions = dict.fromkeys(STUDENT_SERVER_EXTENSIONS + INSTRUCTOR_SERVER_EXTENSIONS, True)
+        extensions = dict.fromkeys(STUDENT_SERVER_EXTENSIONS + INSTRUCTOR_SERVER_EXTENSIONS + (FORMGRADER_FRESH,), True)
     else:
         if workspace is None:
             raise ValueError("the student's lab needs a workspace")

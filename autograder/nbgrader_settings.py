@@ -10,6 +10,12 @@ Each setting below exists because nbgrader's default hurts a PyTorch course:
   the solution) stays out of the release, which otherwise takes every file beside the notebook.
 * ``Execute.timeout``: a cell that runs longer than this is stopped, so one infinite loop cannot
   hang a whole grading run.
+* ``LateSubmissionPlugin.penalty_method``: nbgrader's default, ``none``, records that a submission
+  was late and takes nothing off. Here a submission later than its due date (``nbgrader db
+  assignment add <assignment> --duedate=...``, plus the student's extension) scores 0, nbgrader's
+  ``zero`` method; ``nbgrader autograde`` and ``transformer-course grade --gradebook`` both apply
+  it, and ``nbgrader export`` shows it. Set ``none`` in ``nbgrader_config.py`` to keep late work's
+  points, or name a plugin of your own in ``c.AssignLatePenalties.plugin_class``.
 """
 
 CELL_TIMEOUT_S = 60
@@ -31,3 +37,4 @@ def configure(c) -> None:
     c.Execute.interrupt_on_timeout = True
     c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
     c.ClearSolutions.enforce_metadata = True
+    c.LateSubmissionPlugin.penalty_method = "zero"
