@@ -7,7 +7,8 @@ Modules (import the one you need; nothing is star-imported):
 * ``helpers.reference`` - the reference implementation, generated from ``solutions/``
 * ``helpers.params``    - counting parameters
 * ``helpers.threads``   - how many threads PyTorch uses (chosen here, once, on import)
-* ``helpers.notebook``  - the quick setting, and validation that cannot succeed after an interrupted cell
+* ``helpers.notebook``  - the quick setting, validation that cannot succeed after an interrupted cell, and
+                          one line for a check's verdict or an exercise not written yet
 
 Importing ``helpers`` sets PyTorch's thread count to one that fits the machine (its usable CPUs
 less the load already on them, or ``TRANSFORMER_COURSE_THREADS``): ``THREADS`` says what was
@@ -18,7 +19,7 @@ instead of reporting success (``helpers.notebook``).
 
 import sys
 
-from helpers.notebook import guard_validation
+from helpers.notebook import guard_validation, short_errors
 from helpers.threads import apply_threads
 
 __version__ = "0.1.0"
@@ -27,3 +28,4 @@ THREADS = apply_threads()
 if "ipykernel" in sys.modules:  # a notebook: say it once; scripts and the grader stay quiet
     print(THREADS.line())
     guard_validation()
+    short_errors()  # a check's verdict and a blank exercise in one line, not a traceback

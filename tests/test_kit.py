@@ -218,3 +218,145 @@ def test_a_scale_of_the_scores_no_mistake_lists_is_found_and_named():
     assert "multiplied by 0.3 " in odd and "binds" not in odd
     assert fitted_scale(run, run(scale=1 / math.sqrt(hs)), C=7, T=5, hs=hs) == {}  # the right scale
     assert fitted_scale(run, run(scale=0.3, mask="none"), C=7, T=5, hs=hs) == {}  # not a scale: no match
+
+
+# --- the invariants every exercise of a kind gets (helpers.checks.invariants) ------------------
+
+
+def _masked(scores):
+    T = scores.shape[-1]
+    return scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1), float("-inf"))
+
+
+def test_a_gradient_must_reach_every_input_the_reference_sends_one_to():
+    from helpers.checks.invariants import input_gradients, judge_input_gradients
+
+    scores = torch.randn(4, 4, dtype=torch.float64)
+    for right in (_masked, lambda s: torch.where(torch.ones(4, 4, dtype=torch.bool).triu(1), float("-inf"), s)):
+        judge_input_gradients(input_gradients(right, scores), _masked, (scores,), ("scores",), "mask", torch.float64)
+    cut = input_gradients(lambda s: _masked(s.detach()), scores)
+    assert cut == {"grads": [None]}
+    with pytest.raises(CheckFailed, match="the output is right, but no gradient reaches scores: part of the computation"):
+        judge_input_gradients(cut, _masked, (scores,), ("scores",), "mask", torch.float64)
+    halved = input_gradients(lambda s: _masked(s * 0.5) * 2 + (s - s.detach()) * 0, scores)  # values right, gradient too
+    judge_input_gradients(halved, _masked, (scores,), ("scores",), "mask", torch.float64)
+    wrong = input_gradients(lambda s: _masked(s.detach() + 0.5 * (s - s.detach())), scores)  # half the gradient
+    with pytest.raises(CheckFailed, match="the gradient that reaches scores is wrong"):
+        judge_input_gradients(wrong, _masked, (scores,), ("scores",), "mask", torch.float64)
+    assert input_gradients(lambda s: 1 / 0, scores) == {}  # the call raises: the output's own checks explain it
+
+
+def test_exact_zeros_are_put_in_at_drawn_places_and_are_plus_zero():
+    from helpers.checks.invariants import with_zeros
+
+    x = -torch.rand(40, 40, dtype=torch.float64) - 0.5  # negative: x * 0 would give -0.0
+    zeroed = with_zeros(x, torch.Generator().manual_seed(0))
+    zero = zeroed == 0
+    assert 0.15 < zero.double().mean() < 0.35 and not torch.signbit(zeroed[zero]).any()
+    assert torch.equal(zeroed[~zero], x[~zero])
+    assert torch.equal(zeroed, with_zeros(x, torch.Generator().manual_seed(0)))
+
+
+def test_the_global_generator_is_watched_and_a_reseed_is_told_with_its_seed():
+    from helpers.checks.invariants import judge_rng, rng_watch
+
+    with torch.random.fork_rng():
+        with rng_watch() as quiet:
+            torch.multinomial(torch.ones(5), 1, generator=torch.Generator().manual_seed(1))
+        with rng_watch() as drew:
+            torch.rand(2)
+        with rng_watch() as seeded:
+            torch.manual_seed(0)
+    judge_rng(quiet, "f")
+    assert quiet == {"moved": False, "seeded": None}
+    with pytest.raises(CheckFailed, match=r"f drew random numbers from PyTorch's global generator"):
+        judge_rng(drew, "f")
+    with pytest.raises(CheckFailed, match=r"re-seeded PyTorch's global generator: after the call its seed is 0"):
+        judge_rng(seeded, "f")
+
+
+def test_what_a_first_call_leaves_in_a_global_is_named_when_the_same_code_without_it_is_right():
+    from helpers.checks.invariants import kept_between_calls, kept_told
+
+    scope = {"torch": torch}
+    exec("MASK = None\n"
+         "def masked(s):\n"
+         "    global MASK\n"
+         "    if MASK is None:\n"
+         "        T = s.shape[-1]\n"
+         "        MASK = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)\n"
+         "    return s.masked_fill(MASK, float('-inf'))\n", scope)
+    facts = kept_between_calls(scope["masked"])
+    scope["masked"](torch.zeros(3, 3))
+    later = torch.randn(5, 5, dtype=torch.float64)
+    found = facts(later)
+    assert found["rebound"] == ["MASK"] and torch.equal(found["fresh"], _masked(later))
+    assert "set the global name MASK" in kept_told(found, _masked(later), 0)
+    honest = kept_between_calls(_masked)
+    _masked(torch.zeros(3, 3))
+    assert kept_told(honest(later), _masked(later), 0) is None  # nothing rebound: nothing said
+    assert kept_between_calls(len)() == {}  # not a Python function: no facts
+
+
+def test_a_training_step_can_be_handed_stale_gradients():
+    from helpers.checks.invariants import stale_gradients
+
+    model = nn.Linear(3, 2).double()
+    stale_gradients(model, torch.Generator().manual_seed(0))
+    assert all(p.grad is not None and p.grad.dtype == p.dtype and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+class PaddedLM(nn.Module):
+    def __init__(self, padding_idx=None):
+        super().__init__()
+        self.word_to_embedding = nn.Embedding(5, 3, padding_idx=padding_idx)
+        self.lm_head = nn.Linear(3, 5, bias=False)
+
+    def forward(self, ids):
+        return self.lm_head(self.word_to_embedding(ids))
+
+
+def test_a_padding_idx_is_named_only_when_the_reference_built_with_it_gives_the_same_gradients():
+    from helpers.checks.verdict import gradients, judge_gradients
+
+    reference, ids = PaddedLM().double(), torch.tensor([[0, 3, 1, 0, 4]])
+    student = PaddedLM(padding_idx=0).double()
+    student.load_state_dict(reference.state_dict())
+    with pytest.raises(CheckFailed, match=r"word_to_embedding was built with padding_idx=0, and the reference built "
+                                          r"that way sends back exactly your gradients"):
+        judge_gradients(gradients(student, ids), reference, ids, "LM", torch.float64)
+    other = PaddedLM(padding_idx=2).double()  # a padding row the ids never use: the gradients are right
+    other.load_state_dict(reference.state_dict())
+    judge_gradients(gradients(other, ids), reference, ids, "LM", torch.float64)
+    grads = gradients(student, ids)
+    grads["word_to_embedding.weight"] = grads["word_to_embedding.weight"] * 2  # not what padding_idx gives
+    with pytest.raises(CheckFailed, match="cut off from autograd") as failed:
+        judge_gradients(grads, reference, ids, "LM", torch.float64)
+    assert "padding_idx" not in str(failed.value)
+
+
+def test_in_a_kernel_a_verdict_and_a_blank_exercise_take_one_line_each(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from helpers.notebook import short_errors
+
+    shell = InteractiveShell()
+    shown = []
+    shell._showtraceback = lambda etype, value, stb: shown.append((etype.__name__, stb))
+    assert short_errors(shell)
+    shell.run_cell("from helpers.checks.core import CheckFailed\n"
+                   "def apply_mask(scores):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n")
+    shell.run_cell("masked = apply_mask(1)\nrows = 3\n")
+    shell.run_cell("print(masked)")
+    shell.run_cell("raise CheckFailed('apply_mask is not written yet')")
+    shell.run_cell("print(never_defined)")
+    names = [name for name, _ in shown]
+    assert names[:3] == ["NotImplementedError", "NameError", "CheckFailed"], shown
+    for _, stb in shown[:3]:
+        assert len(stb) == 1 and "\n" not in stb[0]
+    assert "(apply_mask is an exercise not written yet: this cell will work once it is)" in shown[0][1][0]
+    assert shown[1][1] == shown[0][1] and "CheckFailed\x1b[0m: apply_mask is not written yet" in shown[2][1][0]
+    assert names[3] == "NameError" and len(shown[3][1]) > 1, "any other error keeps IPython's traceback"
+    shell.run_cell("def apply_mask(scores):\n    return scores\n")  # written: what waited for it is told normally
+    shell.run_cell("print(masked)")
+    assert len(shown[-1][1]) > 1

@@ -33,34 +33,51 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.diagnose import explain_mismatch
+from helpers.checks.errors import caught, raise_caught
+from helpers.checks.invariants import (
+    input_gradients,
+    judge_input_gradients,
+    kept_between_calls,
+    kept_told,
+    with_zeros,
+)
 from helpers.checks.verdict import load_weights, settled, tolerance
 from helpers.reference import attention as ref
 
 # ---------------------------------------------------------------------------------------------
 # apply_causal_mask(scores) -> masked scores
 
-# (seed, batch shape, T, dtype): one plain matrix, then batched ones of other sizes
-MASK_CASES = [(0, (), 6, torch.float32)]
+# (seed, batch shape, T, dtype): two plain matrices of other sizes (a second call must fit its own T),
+# then batched ones; about a quarter of every case's scores are exactly 0, a score like any other
+MASK_CASES = [(0, (), 6, torch.float32), (5, (), 8, torch.float32)]
 MASK_HIDDEN_CASES = [(1, (2,), 5, torch.float64), (2, (3, 2), 9, torch.float32), (3, (), 1, torch.float64),
                      (4, (), 70, torch.float32)]  # longer than a table of a usual size (64)
 
 
 def _scores(seed: int, batch: tuple, T: int, dtype: torch.dtype) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return (3 * torch.randn(*batch, T, T, generator=g, dtype=torch.float64)).to(dtype)
+    return with_zeros(3 * torch.randn(*batch, T, T, generator=g, dtype=torch.float64), g).to(dtype)
 
 
 def _probe_mask(cases):
     def probe(apply_causal_mask) -> dict:
         expect_callable(apply_causal_mask, "apply_causal_mask")
-        runs = []
-        for case in cases:
+        runs, facts = [], kept_between_calls(apply_causal_mask)
+        for k, case in enumerate(cases):
             scores, batch = _scores(*case), case[1]
-            with student_case(legend(batch, T=case[2])):
-                out = apply_causal_mask(scores)
-                again = apply_causal_mask(_scores(*case))  # the same input once more
-                alone = [apply_causal_mask(_scores(*case)[b : b + 1]) for b in range(batch[0])] if batch else None
-            runs.append({"out": out, "scores_after": scores, "again": again, "alone": alone})
+            try:
+                with student_case(legend(batch, T=case[2])):
+                    out = apply_causal_mask(scores)
+                    again = apply_causal_mask(_scores(*case))  # the same input once more
+                    alone = [apply_causal_mask(_scores(*case)[b : b + 1]) for b in range(batch[0])] if batch else None
+            except Exception as exc:  # a later call: what the first one left behind may be the cause
+                if k == 0 or isinstance(exc, (NotImplementedError, CheckFailed)):
+                    raise
+                runs.append({**caught(exc, legend(batch, T=case[2])), "kept": facts(_scores(*case))})
+                continue
+            runs.append({"out": out, "scores_after": scores, "again": again, "alone": alone,
+                         "grads": input_gradients(apply_causal_mask, _scores(*case)),
+                         "kept": facts(_scores(*case)) if k else {}})
         return {"runs": runs}
 
     return probe
@@ -79,6 +96,10 @@ def _judge_mask(cases):
                     "(masked_fill, not masked_fill_ or item assignment): the caller may still need the unmasked scores."
                 )
             expected = ref.apply_causal_mask(scores)
+            kept = kept_told(run.get("kept"), expected, 0)
+            raise_caught(what, run, hint=kept or "")
+            if kept and not (isinstance(run.get("out"), torch.Tensor) and close(expected, run["out"], 0, 0)):
+                raise CheckFailed(f"{what}: wrong on this call, though right on the first: {kept}")
             diagnosis = {"what": what, "atol": 0, "rtol": 0, "axes": ("B",) * len(batch) + ("i", "j"),
                          "sizes": legend(batch, T=T), "again": run.get("again"), "alone": run.get("alone"),
                          "dtype": dtype}
@@ -93,6 +114,14 @@ def _judge_mask(cases):
                     f"{what}: the mask is inverted. Query {i} cannot see key {j} (j <= i, the past), while the future "
                     "is left visible. Hide the entries above the diagonal (torch.triu(..., diagonal=1)), not below it."
                 )
+            if (hidden & past).any() and bool((scores[hidden & past] == 0).all()) and (hidden & past).sum() == (
+                    (scores == 0) & past).sum():
+                idx = tuple((hidden & past).nonzero()[0].tolist())
+                raise CheckFailed(
+                    f"{what}: every score of the past (j <= i) that is exactly 0 is hidden, {int((hidden & past).sum())} "
+                    f"of them, and no other (first: query {idx[-2]}, key {idx[-1]}, entry {idx}, is -inf but should be "
+                    "the score 0.0). A mask read from the values, such as scores.tril() == 0 or scores == 0, takes "
+                    "a real score of 0 for a masked place: build the mask from the positions alone (j > i).")
             if (hidden & past).any():
                 idx = (hidden & past).nonzero()[0].tolist()
                 i, j = idx[-2:]
@@ -119,8 +148,11 @@ def _judge_mask(cases):
             if not close(expected, out, 0, 0):  # every future entry is -inf: some kept one differs
                 kept = {**diagnosis, "what": f"{what}, on the scores to keep (j <= i)", "again": None, "alone": None}
                 raise CheckFailed(explain_mismatch(expected.masked_fill(future, 0), out.masked_fill(future, 0), **kept))
+            judge_input_gradients(run.get("grads"), ref.apply_causal_mask, (scores,), ("scores",), what, dtype,
+                                  hint=" The head learns through the masked scores: the mask must keep them in the graph.")
         shapes = ", ".join(str(tuple(_scores(*c).shape)) for c in cases)
-        return f"apply_causal_mask: scores of shape {shapes}: every future key is -inf, every other score unchanged, the input untouched."
+        return (f"apply_causal_mask: scores of shape {shapes}, zeros among them: every future key is -inf, every other "
+                "score unchanged and its gradient kept, the input untouched.")
 
     return judge
 

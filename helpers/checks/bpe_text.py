@@ -101,19 +101,27 @@ def _encode_call(fn, text):
 
 
 def encode_variants(text):
-    reverse = list(text.encode("utf-8"))
-    for pair, new_id in reversed(list(MERGES.items())):
-        reverse = merge_known(reverse, pair, new_id)
     return {
         "the merges were applied out of rank order, the most frequent pair of this text first: apply the "
         "merge learnt first (the lowest new id) first": _by_frequency(text),
         "the merges were applied out of rank order, the one learnt last first: apply the lowest new id first": encode_known(text, MERGES, pick=lambda ps: max(ps, key=MERGES.get)),
-        "the merges were applied in reverse order: rank 0 first, then rank 1, ...": reverse,
+        "your ids are the text's bytes with only the merges of two bytes applied: no merge that joins an already "
+        "merged token ran, though your ids hold pairs that have one (a single pass over the pairs of the bytes, or "
+        "each merge tried once, gives this). A merge makes new pairs: look for the pairs again after every merge, "
+        "until no neighbouring pair has a merge": _bytes_only(text),
         "you started from code points (ord) instead of the UTF-8 bytes": encode_known(text, MERGES, start=lambda t: [ord(c) for c in t]),
         "only one merge was applied: repeat until no pair of the ids has a merge": _one_merge(text),
         "a pair without a merge ranked first (merges.get(pair, 0)), so the loop stopped at it while merges remained: "
         "a pair that has no merge must rank last, merges.get(pair, math.inf)": _unmerged_first(text),
     }
+
+
+def _bytes_only(text):
+    """The merges of two bytes alone, by rank, each once (what remains of encode without its loop)."""
+    ids = list(text.encode("utf-8"))
+    for pair, new_id in MERGES.items():
+        ids = merge_known(ids, pair, new_id) if max(pair) < 256 else ids
+    return ids
 
 
 def _unmerged_first(text):

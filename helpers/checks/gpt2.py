@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -27,14 +28,18 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.diagnose import explain_mismatch
-from helpers.checks.errors import caught, raise_caught
+from helpers.checks.errors import attempt, caught, raise_caught
 from helpers.checks.gpt2_format import (
+    WatchedCheckpoint,
     _cause,
     _same,
     gpt2_format_checkpoint,
     gpt2_shaped_config,
+    key_error_facts,
+    key_error_hint,
     sublayer_outputs,
 )
+from helpers.checks.invariants import input_gradients, judge_input_gradients
 from helpers.checks.verdict import tolerance
 from helpers.reference import gpt2, transformer_lm
 
@@ -71,12 +76,9 @@ def _probe_gelu(cases):
             except Exception as exc:  # noqa: BLE001 - the error is evidence
                 runs.append({"out": caught(exc), "x_changed": not torch.equal(before, x)})
                 continue
-            try:  # the same form on a fine grid in float64: what the judge reads the curve from
-                curve = gelu(GRID.clone(), approximate=approximate)
-            except Exception:  # noqa: BLE001 - only for the diagnosis
-                curve = None
+            curve = attempt(gelu, GRID.clone(), approximate).get("out")  # the judge reads the curve from it
             runs.append({"out": out, "again": again, "curve": curve, "x_changed": not torch.equal(before, x),
-                         "library": sorted(set(library))})
+                         "library": sorted(set(library)), "grads": input_gradients(partial(gelu, approximate=approximate), before)})
         return {"runs": runs}
 
     return probe
@@ -207,6 +209,7 @@ def _judge_gelu(cases):
                 raise CheckFailed(f"{what} returned {str(got.dtype)[6:]}: keep x's dtype.")
             tol = 1e-12 if dtype == torch.float64 else 1e-5
             if torch.allclose(got.double(), expected, atol=tol, rtol=tol):
+                judge_input_gradients(run.get("grads"), partial(gpt2.gelu, approximate=approximate), (x,), ("x",), what, dtype)
                 continue
             evidence = first_mismatch(expected, got, tol, tol)
             for label, output in gelu_variants(x, approximate).items():
@@ -258,13 +261,14 @@ def _probe_load(cases):
         for case in cases:
             seed, V, P, C, L, nh, B, T, dtype = case
             model = _fresh_model(case)  # seeded: a weight left unloaded keeps known values
+            checkpoint = WatchedCheckpoint(gpt2_format_checkpoint(V, P, C, L, seed, dtype))
             try:
-                load_gpt2_state_dict(model, gpt2_format_checkpoint(V, P, C, L, seed, dtype))
+                load_gpt2_state_dict(model, checkpoint)
                 params = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
                 tied = model.lm_head.weight is model.word_to_embedding.weight
                 outputs = sublayer_outputs(model, _ids(case))
             except Exception as exc:  # noqa: BLE001 - the error is evidence
-                runs.append(caught(exc))
+                runs.append({**caught(exc), **key_error_facts(load_gpt2_state_dict, lambda c=case: _fresh_model(c), checkpoint, exc)})
                 continue
             runs.append({"params": params, "tied": tied, "outputs": outputs})
         return {"runs": runs}
@@ -272,8 +276,9 @@ def _probe_load(cases):
     return probe
 
 
-def _load_hint(error: str, case) -> str:
-    """What a loader's error says about GPT-2's checkpoint: a buffer, a Conv1D weight, a name."""
+def _load_hint(error: str, case, run: dict) -> str:
+    """What a loader's error says about GPT-2's checkpoint: a buffer, a Conv1D weight, a name (a
+    KeyError: what ``key_error_facts`` established)."""
     seed, V, P, C, L, nh, B, T, dtype = case
     if re.search(r"(?<!c_)attn\.(masked_)?bias", error):
         return "attn.bias and attn.masked_bias are buffers (a causal mask and a constant), not weights; skip them."
@@ -282,8 +287,8 @@ def _load_hint(error: str, case) -> str:
         return ("A weight does not fit its module. GPT-2's Conv1D weights are stored (in, out); nn.Linear's are "
                 "(out, in): transpose them.")
     key = re.fullmatch(r"KeyError: '(.*)'", error)
-    if not key:
-        return ""
+    if not key or key_error_hint(key[1], run):  # what the probe established about a KeyError comes first
+        return key_error_hint(key[1], run) if key else ""
     key, names = key[1], list(gpt2_format_checkpoint(V, P, C, L, seed, dtype))
     near = difflib.get_close_matches(key, names, n=2, cutoff=0.5)
     hint = ("the layer's prefix is missing: layer i's entries start with 'h.i.'" if f"h.0.{key}" in names else
@@ -298,7 +303,7 @@ def _judge_load(cases):
         for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, V, P, C, L, nh, B, T, dtype = case
             what = f"load_gpt2_state_dict on {_case_text(case)}"
-            raise_caught(what, run, hint=_load_hint(str(run.get("error")), case))
+            raise_caught(what, run, hint=_load_hint(str(run.get("error")), case, run))
             initial_model = _fresh_model(case)
             initial = {n: p.detach().clone() for n, p in initial_model.named_parameters(remove_duplicate=False)}
             model = _fresh_model(case)

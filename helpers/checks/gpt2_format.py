@@ -5,6 +5,7 @@ for that check's judge, which checkpoint entry each course parameter comes from 
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -42,6 +43,47 @@ def gpt2_format_checkpoint(V: int, P: int, C: int, L: int, seed: int, dtype=torc
     sd["ln_f.weight"] = 1 + normal(C, scale=0.3)
     sd["ln_f.bias"] = normal(C, scale=0.2)
     return sd
+
+
+class WatchedCheckpoint(dict):
+    """A checkpoint that records, in ``missed``, each name it was asked for (``[name]``) and does not hold."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.missed: list[str] = []
+
+    def __missing__(self, key):
+        self.missed.append(repr(key)[:100])
+        raise KeyError(key)
+
+
+def key_error_facts(load, fresh_model, checkpoint: WatchedCheckpoint, exc: BaseException) -> dict:
+    """Probe side, after ``load(model, checkpoint)`` raised ``exc``: for a KeyError, whether the
+    checkpoint itself was asked for the missing name (``asked_checkpoint``), and what the loader does
+    on a fresh model and the same checkpoint without its two buffers (``without_buffers``: "ran" or
+    the error)."""
+    if not isinstance(exc, KeyError):
+        return {}
+    facts = {"asked_checkpoint": repr(exc.args[0] if exc.args else None)[:100] in checkpoint.missed}
+    try:
+        load(fresh_model(), {k: v for k, v in checkpoint.items() if not re.search(r"(^|\.)attn\.(masked_)?bias$", k)})
+        facts["without_buffers"] = "ran"
+    except Exception as other:  # noqa: BLE001 - what it raises then is evidence too
+        facts["without_buffers"] = f"{type(other).__name__}: {other}"[:200]
+    return facts
+
+
+def key_error_hint(key: str, facts: dict) -> str | None:
+    """Judge side: what ``key_error_facts`` established about a loader's KeyError for ``key``, or None."""
+    if facts.get("without_buffers") == "ran":
+        return (f"On the same checkpoint without its buffers h.i.attn.bias and h.i.attn.masked_bias, your loader runs "
+                f"without an error: the KeyError {key!r} comes from those two entries. They are buffers (a causal "
+                "mask and a constant), not weights: skip them." + ("" if facts.get("asked_checkpoint") else
+                f" ({key!r} was looked up in a dict of your own, or a copy of state_dict, not in state_dict itself.)"))
+    if facts.get("asked_checkpoint") is False:
+        return (f"state_dict itself was never asked for {key!r}: the KeyError comes from another dict (a table of "
+                "your own, or a copy of state_dict), which has no entry with that name.")
+    return None
 
 
 def gpt2_shaped_config(V: int, P: int, C: int, L: int, nh: int) -> dict:

@@ -29,7 +29,13 @@ from helpers.checks.core import (
     visible_and_hidden,
 )
 from helpers.checks.diagnose import case_sizes, diagnose, precision_lost
-from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, layer_norm_variants, worst_row
+from helpers.checks.invariants import FAR
+from helpers.checks.transformer_layer_mistakes import (
+    DEFAULT_EPS,
+    cancelled,
+    layer_norm_variants,
+    worst_row,
+)
 from helpers.checks.verdict import WEAK, gradients, judge_gradients, unregistered
 from helpers.reference import transformer_layer as ref
 
@@ -40,8 +46,9 @@ from helpers.reference import transformer_layer as ref
 # ---------------------------------------------------------------------------------------------
 # LayerNorm(emb_dim, eps=1e-5): x (..., C) -> (..., C), normalised over the last dimension
 
-# (seed, shape of x, eps passed to the constructor (None: use the default), dtype)
-LN_CASES = [(30, (2, 3, 7), None, torch.float64), (31, (6, 4), 0.1, torch.float64)]
+# (seed, shape of x, eps passed to the constructor (None: use the default), dtype[, far]); far: every
+# row's mean is FAR = 1e4 and its spread 1e-2 (an extreme the output must stay accurate at)
+LN_CASES = [(30, (2, 3, 7), None, torch.float64), (31, (6, 4), 0.1, torch.float64), (35, (3, 5), None, torch.float64, True)]
 LN_HIDDEN_CASES = [
     (32, (3, 2, 4, 9), 1e-3, torch.float64),
     (33, (5, 8), None, torch.float32),
@@ -52,14 +59,16 @@ LN_HIDDEN_CASES = [
 SCALES = {torch.float64: (1.0, 1e-3, 0.05, 4.0), torch.float32: (1.0, 0.5, 2.0)}
 
 
-def _ln_inputs(seed: int, shape: tuple, dtype: torch.dtype):
+def _ln_inputs(seed: int, shape: tuple, dtype: torch.dtype, far: bool = False):
     """x (shape), weight (C,) and bias (C,), in ``dtype``."""
     g = torch.Generator().manual_seed(seed)
     C = shape[-1]
     rows = math.prod(shape[:-1])
     scales = torch.tensor([SCALES[dtype][i % len(SCALES[dtype])] for i in range(rows)], dtype=torch.float64)
+    scales = torch.full((rows,), 1e-2, dtype=torch.float64) if far else scales
     offset_size = 3.0 if dtype == torch.float64 else 0.5
-    offsets = offset_size * torch.randn(rows, 1, generator=g, dtype=torch.float64)
+    offsets = FAR + 1e-2 * torch.randn(rows, 1, generator=g, dtype=torch.float64) if far else \
+        offset_size * torch.randn(rows, 1, generator=g, dtype=torch.float64)
     x = torch.randn(rows, C, generator=g, dtype=torch.float64) * scales[:, None] + offsets  # (rows, C)
     weight = 1 + 0.5 * torch.randn(C, generator=g, dtype=torch.float64)
     bias = 0.5 * torch.randn(C, generator=g, dtype=torch.float64)
@@ -74,9 +83,9 @@ def _probe_layer_norm(cases):
     def probe(ln_class) -> dict:
         expect_module_class(ln_class, "LayerNorm")
         runs = []
-        for seed, shape, eps, dtype in cases:
+        for seed, shape, eps, dtype, *far in cases:
             with case_sizes(_ln_sizes(shape)):
-                runs.append(_run_layer_norm_case(ln_class, seed, shape, eps, dtype))
+                runs.append(_run_layer_norm_case(ln_class, seed, shape, eps, dtype, *far))
         return {"runs": runs}
 
     return probe
@@ -98,8 +107,8 @@ def _library_norms_watched():
                     (nn.LayerNorm, "forward", "nn.LayerNorm"), kernels=("native_layer_norm", "layer_norm"))
 
 
-def _run_layer_norm_case(ln_class, seed, shape, eps, dtype) -> dict:
-    x, weight, bias = _ln_inputs(seed, shape, dtype)
+def _run_layer_norm_case(ln_class, seed, shape, eps, dtype, far=False) -> dict:
+    x, weight, bias = _ln_inputs(seed, shape, dtype, far)
     C = shape[-1]
     ln = ln_class(C) if eps is None else ln_class(C, eps=eps)
     expect_default_dtype(ln, _ln_name(C, eps))
@@ -121,12 +130,13 @@ def _run_layer_norm_case(ln_class, seed, shape, eps, dtype) -> dict:
         with _library_norms_watched() as library:
             out = ln(x)
         again = ln(x_before.clone())  # the same input once more: deterministic?
+        near = ln(x_before - FAR) if far else None  # the same rows moved to mean 0 (exact): the output must not move
         # each batch element alone (a batch of one): does the norm mix the batch?
         alone = [ln(x_before[b : b + 1].clone()) for b in range(shape[0])] if len(shape) >= 3 else None
     x_changed = not torch.equal(x_before, x)
     grads = gradients(ln, x_before)  # to x, weight and bias: the judge compares them with the reference's
     return {"init": init, "out": out, "x_changed": x_changed, "grads": grads, "again": again, "alone": alone,
-            "library": sorted(set(library), key=library.index)}
+            "library": sorted(set(library), key=library.index), **({"near": near} if far else {})}
 
 
 #: what the output, read back before weight and bias, can establish (a property of the normalisation)
@@ -174,8 +184,8 @@ def _layer_norm_mismatch(reference, expected, out, x_of_case, weight, bias, eps,
 def _judge_layer_norm(cases):
     def judge(data: dict) -> str:
         found = runs(data, len(cases))
-        for (seed, shape, eps, dtype), run in zip(cases, found, strict=True):
-            x, weight, bias = _ln_inputs(seed, shape, dtype)
+        for (seed, shape, eps, dtype, *far), run in zip(cases, found, strict=True):
+            x, weight, bias = _ln_inputs(seed, shape, dtype, *far)
             C = shape[-1]
             eps_used = DEFAULT_EPS if eps is None else eps
             what = f"{_ln_name(C, eps)} on x of shape {shape} ({str(dtype).replace('torch.', '')})"
@@ -214,6 +224,8 @@ def _judge_layer_norm(cases):
             tol = 1e-8 if dtype == torch.float64 else 1e-4
             expected = ln(x.detach().double())
             evidence = first_mismatch(expected.detach(), out, tol, tol)
+            if not close(expected.detach(), out, tol, tol) and far:
+                raise CheckFailed(cancelled(what, expected.detach(), out, run.get("near"), x, weight, bias, eps_used, tol))
             if not close(expected.detach(), out, tol, tol):
                 variants = layer_norm_variants(x.double(), weight.double(), bias.double(), eps_used)
                 label = identify(out, variants, tol, tol)
@@ -229,7 +241,7 @@ def _judge_layer_norm(cases):
                             hint=" In a LayerNorm: the mean or the variance detached, or weight and bias read through .data.")
         shapes = ", ".join(str(c[1]) for c in cases)
         return (
-            f"LayerNorm: x of shape {shapes} (rows of very different spreads, eps "
+            f"LayerNorm: x of shape {shapes} (rows of very different spreads, some far from 0, eps "
             f"{', '.join('default' if c[2] is None else f'{c[2]:g}' for c in cases)}): output and "
             "gradients match the reference; weight starts at ones, bias at zeros."
         )

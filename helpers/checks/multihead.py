@@ -28,7 +28,7 @@ F64, F32 = torch.float64, torch.float32
 PROJECTIONS = ("query", "key", "value")
 
 # (seed, batch shape, T, C, hs, nh, dtype): a batch, then a single sequence (T, C)
-MHA_CASES = [(40, (2,), 6, 7, 3, 4, F64), (41, (), 5, 9, 2, 3, F64)]
+MHA_CASES = [(40, (2,), 5, 7, 3, 4, F64), (41, (), 5, 9, 2, 3, F64)]
 # nh*hs == C; float32; a one-token sequence
 MHA_HIDDEN_CASES = [(42, (2,), 5, 12, 4, 3, F64), (43, (4,), 9, 6, 5, 2, F32), (44, (3,), 1, 5, 2, 4, F64)]
 CSA_CASES = [(50, (2,), 6, 7, 3, 4, F64), (51, (), 5, 9, 2, 3, F64)]
@@ -209,11 +209,9 @@ def _reason(state: dict, x, what: str, kind: str, nh: int, hs: int):
     def reason(exc: Exception) -> str | None:
         text, module, fed = str(exc), state["module"], state["fed"]
         if "view size is not compatible with input tensor's size and stride" in text:
-            return (
-                f"{what} called .view(...) on a transposed tensor. After .transpose(1, 2) the numbers are no "
-                "longer laid out row by row in memory, so view cannot merge (nh, hs) into nh*hs; use "
-                ".reshape(B, T, nh * hs) (or .contiguous().view(...))."
-            )
+            return (f"{what} called .view(...) on a transposed tensor. After .transpose(1, 2) the numbers are no "
+                    "longer laid out row by row in memory, so view cannot merge (nh, hs) into nh*hs; use "
+                    ".reshape(B, T, nh * hs) (or .contiguous().view(...)).")
         if x.dim() == 2 and module is not None:
             try:  # the same sequence with a batch axis of 1 in front: does that run?
                 with torch.no_grad():
@@ -221,11 +219,14 @@ def _reason(state: dict, x, what: str, kind: str, nh: int, hs: int):
             except Exception:  # noqa: BLE001 - it fails either way: not a matter of the batch axis
                 pass
             else:
-                return (
-                    f"{what} raises on a single sequence (T, C), though the same sequence as a batch of one "
-                    "(1, T, C) runs; forward must accept both (e.g. unsqueeze(0) at the start and squeeze(0) "
-                    "at the end)."
-                )
+                return (f"{what} raises on a single sequence (T, C), though the same sequence as a batch of one "
+                        "(1, T, C) runs; forward must accept both (e.g. unsqueeze(0) at the start and squeeze(0) "
+                        "at the end).")
+        ran = sorted(set(state["ran"]))
+        if kind == "mha" and fed and fed[-1] != nh * hs and ran and len(ran) < nh and fed[-1] == len(ran) * hs:
+            return (f"{what} passed to_output a tensor whose last dimension is {fed[-1]} = {len(ran)} × head_dim: "
+                    f"only {len(ran)} of the {nh} heads ran (called: {ran}; never: "
+                    f"{[h for h in range(nh) if h not in ran]}): run every head of self.heads on x, then concatenate.")
         if kind == "mha" and fed and fed[-1] != nh * hs:
             return (
                 f"{what} passed to_output a tensor whose last dimension is {fed[-1]}, not nh*hs = {nh * hs}: "
@@ -271,10 +272,12 @@ def _probe(kind: str, cases):
         for seed, batch, T, C, hs, nh, dtype in cases:
             weights, x, replacement = _inputs(seed, batch, T, C, hs, nh, dtype)
             what = f"{cls.__name__}(emb_dim={C}, head_dim={hs}, n_heads={nh}) on x of shape {tuple(x.shape)}"
-            state = {"module": None, "fed": []}
+            state = {"module": None, "fed": [], "ran": []}
             with causal.student_case(causal.legend(batch, T=T, C=C, hs=hs, nh=nh), _reason(state, x, what, kind, nh, hs)):
                 module = state["module"] = _build(cls, kind, weights, C, hs, nh, dtype, what)
                 module.to_output.register_forward_pre_hook(partial(_record_width, state["fed"]))
+                for h, head in enumerate((getattr(module, "heads", None) or ()) if kind == "mha" else ()):
+                    head.register_forward_hook(lambda *_, h=h, ran=state["ran"]: ran.append(h))  # which heads forward calls
                 runs.append(causal.run_causal(module, x, replacement))
         return {"runs": runs}
 

@@ -32,6 +32,7 @@ from helpers.checks.core import (
 )
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import attempt, caught, raise_caught
+from helpers.checks.invariants import input_gradients, judge_input_gradients
 from helpers.checks.kv_cache import (
     PARAMS,
     call_error,
@@ -105,7 +106,8 @@ def _probe_rope(cases):
                 with case_sizes(sizes):
                     runs.append({"out": apply_rope(x, positions), "shifted": apply_rope(x.clone(), positions + SHIFT),
                                  "changed": not torch.equal(before, x),
-                                 "basis": attempt(apply_rope, *_basis(x.shape[-1]), sizes=sizes).get("out")})
+                                 "basis": attempt(apply_rope, *_basis(x.shape[-1]), sizes=sizes).get("out"),
+                                 "grads": input_gradients(apply_rope, before, positions)})
             except Exception as exc:  # noqa: BLE001
                 runs.append(caught(exc, sizes))
         return {"runs": runs}
@@ -157,6 +159,7 @@ def _judge_rope(cases):
                                                    sizes=dict(zip(axes, x.shape, strict=True)), dtype=x.dtype))
             tol = 1e-10 if x.dtype == torch.float64 else 1e-5
             if close(expected, out, tol, tol):
+                judge_input_gradients(run.get("grads"), known_good_rope, (x, positions), ("x",), what, x.dtype)
                 continue
             variants = {ROPE_MISTAKES[f]: known_good_rope(x, positions, flavour=f) for f in ROPE_MISTAKES}
             label = identify(out, variants, tol, tol)

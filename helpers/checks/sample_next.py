@@ -17,6 +17,7 @@ import torch
 from helpers.checks.core import Check, CheckFailed, describe, expect_callable, need, runs
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
+from helpers.checks.invariants import judge_rng, rng_watch
 from helpers.checks.sampling_filters import top_k_expected, top_p_expected
 from helpers.reference import sampling as ref
 
@@ -135,7 +136,9 @@ def _probe_sample(cases, greedy_rows):
                 logits = torch.tensor(row, dtype=torch.float32).expand(N_DRAWS, len(row)).clone()  # (N, V)
                 options = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
                 sizes = {"N": N_DRAWS, "V": len(row)}
-                run = _call(sample_next, sizes, logits, **options, generator=torch.Generator().manual_seed(7))
+                with rng_watch() as rng:  # the generator passed in must be the only randomness used
+                    run = _call(sample_next, sizes, logits, **options, generator=torch.Generator().manual_seed(7))
+                run["rng"] = rng
                 torch.rand(3)  # move the global generator on: only the given generator may matter
                 if "out" in run:
                     again = _call(sample_next, sizes, logits[:50], **options, generator=torch.Generator().manual_seed(7))
@@ -187,6 +190,7 @@ def _judge_draws(name, row, temperature, top_k, top_p, run) -> None:
     share = torch.bincount(draws.long(), minlength=V).double() / N_DRAWS  # (V,)
     want = intended(row, temperature, top_k, top_p)
     if (share - want).abs().max().item() <= DRAW_TOL:
+        judge_rng(run.get("rng"), what)
         return
     if (share.max() == 1.0).item() and want.max() < 0.99:
         raise CheckFailed(

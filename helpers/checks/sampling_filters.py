@@ -26,6 +26,7 @@ from helpers.checks.core import (
 )
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
+from helpers.checks.invariants import FAR
 from helpers.reference import sampling as ref
 
 INF = float("inf")
@@ -268,7 +269,13 @@ def _top_p_variants(logits, p, expected):
         return logits.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, index, drop_sorted), -INF)
 
     asc_probs, asc_order = probs.sort(dim=-1)
+    naive = logits.exp() / logits.exp().sum(dim=-1, keepdim=True)  # in the logits' dtype, as a student's would be
+    naive_sorted, naive_order = naive.sort(dim=-1, descending=True)
     variants = {
+        "your softmax overflows: without each row's largest logit subtracted first, exp of a logit near 1e4 is inf "
+        "(beyond 88.7 in float32, 709.8 in float64) and inf / inf is NaN, so the cumulative sums are NaN and no "
+        "comparison with p holds. Subtract each row's maximum before exp (torch.softmax does)":
+            back((naive_sorted.cumsum(dim=-1) - naive_sorted) >= p, naive_order),
         "you removed nothing: every logit is returned unchanged": logits,
         "you dropped the token that crosses p (an off-by-one): keep tokens until the kept mass "
         "reaches p, including the one that takes it over p; drop a token only when the tokens "
@@ -307,6 +314,8 @@ def _top_p_variants(logits, p, expected):
 TOP_P_CASES = [  # no cumulative probability is within 1e-3 of p
     ("one row", _logits([0.1, 0.4, 0.06, 0.15, 0.25, 0.04]), 0.7),
     ("two rows", _logits([[0.05, 0.3, 0.2, 0.45], [0.22, 0.28, 0.26, 0.24]], torch.float32), 0.6),
+    ("logits near ±1e4", torch.tensor([[0.0, -1.5, 0.75, -0.25, -2 * FAR + 3, -2 * FAR],  # extreme: exp overflows
+                                       [-0.5, -2 * FAR, 1.0, 0.25, -1.25, 0.5]], dtype=torch.float32) + FAR, 0.8),
 ]
 TOP_P_HIDDEN_CASES = [
     ("p below the top probability", _logits([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]]), 0.35),

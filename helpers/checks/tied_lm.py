@@ -86,6 +86,7 @@ def _probe_lm(cases):
             with torch.no_grad():
                 tied.word_to_embedding.weight.copy_(w_emb)
             result = run["tied_logits"] = run_module(tied, ids, sizes, bool(batch))
+            run["tied"]["after_forward"] = _structure(tied)["shared"]  # a tie written in forward shows here
             if isinstance(result.get("out"), torch.Tensor) and result["out"].shape == direction.shape:
                 # a plain gradient step (torch.optim would import torch._dynamo, which rebinds
                 # torch.manual_seed, and the grader would take that for tampering)
@@ -146,6 +147,14 @@ def _judge_structure(what: str, s: dict, V: int, C: int, tied: bool) -> None:
                 "lm_head.weight is a copy of the embedding (equal values, a different tensor), "
                 "e.g. nn.Parameter(weight.clone()) or copy_: it drifts apart at the first step "
                 "and counts twice"
+            )
+        elif s.get("after_forward") is True:
+            raise CheckFailed(
+                f"{what} with tie_weights=True: right after the constructor, lm_head.weight and "
+                f"word_to_embedding.weight are two separate matrices (num_parameters = {s.get('count')}, expected "
+                f"{V * C}); only once forward has run are they one tensor. The tie is made in forward: make it "
+                "in __init__, so that the model counts, saves and hands an optimizer its parameters tied before "
+                "its first call (an optimizer built before it keeps training the head's own matrix)."
             )
         else:
             problem = "lm_head.weight and word_to_embedding.weight are two separate matrices: nothing was tied"

@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers.checks.core import close
+from helpers.checks.invariants import stale_gradients
 from helpers.reference import training_step as ref
 
 TOL = 1e-9  # float64 all the way: a correct step matches the reference to rounding
@@ -48,6 +49,7 @@ class Case:
     grad_clip: float | None
     steps: int = 3
     start_in_eval: bool = False  # hand the model over in evaluation mode
+    stale_grads: bool = False  # hand it over with gradients already in p.grad (a caller's backward())
 
     @property
     def label(self) -> str:
@@ -75,6 +77,8 @@ def build(case: Case) -> tuple[TinyLM, torch.optim.Optimizer, list[tuple[torch.T
         batches.append((seq[:, :-1].clone(), seq[:, 1:].clone()))  # x, y: (B, T) each
     if case.start_in_eval:
         model.eval()
+    if case.stale_grads:  # drawn apart from g: the batches stay those of the case
+        stale_gradients(model, torch.Generator().manual_seed(3000 + case.seed))
     return model, optimizer, batches
 
 
@@ -88,7 +92,7 @@ def _replay(case: Case, procedure: tuple[str, str] | None = None) -> list[dict]:
             loss = ref.train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
             out.append({"loss": loss, "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
             continue
-        zero, clip = procedure
+        zero, clip = procedure  # zero: "start" (before backward), "end" (after step) or "never"
         model.train()
         if zero == "start":
             optimizer.zero_grad(set_to_none=True)
@@ -104,6 +108,8 @@ def _replay(case: Case, procedure: tuple[str, str] | None = None) -> list[dict]:
                 for p in model.parameters():
                     torch.nn.utils.clip_grad_norm_([p], case.grad_clip)
         optimizer.step()
+        if zero == "end":
+            optimizer.zero_grad(set_to_none=True)
         out.append({"loss": loss.item(), "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
     return out
 
@@ -111,6 +117,7 @@ def _replay(case: Case, procedure: tuple[str, str] | None = None) -> list[dict]:
 def _params_before(case: Case, expected: list[dict], k: int) -> TinyLM:
     """The model in training mode, with the reference's parameters before step k."""
     model = build(case)[0].train()
+    model.zero_grad(set_to_none=True)  # the raw gradient of step k alone
     with torch.no_grad():
         for name, p in model.named_parameters() if k > 0 else ():
             p.copy_(expected[k - 1]["params"][name])

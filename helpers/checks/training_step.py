@@ -35,7 +35,7 @@ from helpers.checks.training_replay import (
 )
 
 CASES = [
-    Case(0, B=3, T=5, V=7, C=4, optimizer="sgd", grad_clip=None),
+    Case(0, B=3, T=5, V=7, C=4, optimizer="sgd", grad_clip=None, stale_grads=True),
     Case(1, B=2, T=6, V=9, C=3, optimizer="sgd", grad_clip=0.3),
     Case(2, B=4, T=2, V=6, C=5, optimizer="adamw", grad_clip=None, start_in_eval=True),
 ]
@@ -112,13 +112,13 @@ def _loss_variants(logits: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> di
 
 
 # the ways a step can be put together: label -> (zero_grad, clip)
-# zero_grad: "start" (before backward) | "never"
+# zero_grad: "start" (before backward) | "end" (after step) | "never"
 # clip: "norm" | "none" | "value" | "per_param"
 PROCEDURES = {
     "reference": ("start", "norm"),
     "you never call optimizer.zero_grad(): PyTorch adds each backward() to the gradients already in "
-    "p.grad, so from the second step on the update uses the sum of all gradients so far (gradients "
-    "accumulate); clear them once per step, before backward()": ("never", "norm"),
+    "p.grad (those the model came with, then every earlier step's), so each update uses the sum of all "
+    "gradients so far (gradients accumulate); clear them once per step, before backward()": ("never", "norm"),
     "the gradients are not clipped before the update: call torch.nn.utils.clip_grad_norm_(model.parameters(), "
     "grad_clip) between loss.backward() and optimizer.step() (clipping after step() changes nothing)":
         ("start", "none"),
@@ -126,6 +126,10 @@ PROCEDURES = {
     "together (clip_grad_norm_)": ("start", "value"),
     "you clipped each parameter's gradient norm on its own; clip_grad_norm_ must see all parameters "
     "at once, so that the whole gradient keeps its direction": ("start", "per_param"),
+    "you clear the gradients after optimizer.step() instead of before backward(): this step was handed a model "
+    "whose parameters already held gradients (a backward() of the caller's), and your update added its own to "
+    "them. A step cannot know what the caller left in p.grad: clear it at the start, before backward()":
+        ("end", "norm"),
 }
 
 
@@ -221,8 +225,9 @@ def _judge(cases):
                 for label, procedure in PROCEDURES.items():
                     if label == "reference" or (procedure[1] != "norm" and case.grad_clip is None):
                         continue
-                    replay = _replay(case, procedure)
-                    if _same_params(replay[k]["params"], params):
+                    replay = _replay(case, procedure)  # named only when it gives every step the student's made
+                    if all(_same_params(r["params"], s.get("params") or {}) for r, s in zip(replay, steps, strict=False)
+                           if isinstance(s, dict) and "params" in s):
                         raise CheckFailed(f"{what}, step {k + 1}: {label}.")
                 raise CheckFailed(_update_pattern(case, what, k, expected, params))
             need(steps, list, len(expected))

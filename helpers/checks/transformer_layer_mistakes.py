@@ -7,6 +7,8 @@ import math
 
 import torch
 
+from helpers.checks.core import close, first_mismatch
+
 #: LayerNorm's default eps, the constructor's: a mistake is to use it in place of self.eps
 DEFAULT_EPS = 1e-5
 
@@ -91,6 +93,27 @@ def layer_norm_variants(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: 
             f"over the last dimension only, dim=-1, keepdim=True (each position's C = {C} features)"
         ] = affine((x - m) / (v + eps).sqrt())
     return variants
+
+
+def cancelled(what: str, expected: torch.Tensor, out: torch.Tensor, near, x: torch.Tensor, w: torch.Tensor,
+              b: torch.Tensor, eps: float, tol: float) -> str:
+    """The message for a LayerNorm that is wrong on rows far from 0: whether the same rows moved to
+    mean 0 come out right (``near``), and whether the error is the size E[x²] − E[x]² makes."""
+    evidence = first_mismatch(expected, out, tol, tol)
+    if not isinstance(near, torch.Tensor) or near.shape != expected.shape or not close(expected, near, tol, tol):
+        return f"{what} is wrong on rows whose mean is far from 0 (about 1e4, spread 1e-2). Evidence: {evidence}."
+    x = x.double()
+    mean = x.mean(dim=-1, keepdim=True)
+    moments = ((x - mean) / ((x * x).mean(dim=-1, keepdim=True) - mean * mean + eps).sqrt()) * w.double() + b.double()
+    theirs, ours = float((moments - expected).abs().max()), float((out.double() - expected).abs().max())
+    said = (f"{what}: right on the same rows moved to mean 0 (x - 1e4: a LayerNorm's output does not depend on where a "
+            "row sits, only on its deviations from its mean), but wrong on the rows themselves, whose mean is about 1e4 "
+            "and spread 1e-2: the arithmetic loses precision far from 0.")
+    if theirs > 0 and 0.02 <= ours / theirs <= 50:  # the same order as the cancellation's own error
+        said += (" The error is of the size a variance taken as mean(x²) − mean(x)² makes here: both terms are near "
+                 "1e8 and differ by only about 1e-4, so float64's rounding of 1e8 (about 1e-8) is a relative error of "
+                 "1e-4 in the variance: they cancel. Take the mean of the squared deviations, mean((x − mean)²).")
+    return f"{said} Evidence: {evidence}."
 
 
 def worst_row(x: torch.Tensor, expected: torch.Tensor, out: torch.Tensor, eps: float, outside: bool) -> str:

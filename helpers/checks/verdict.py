@@ -30,6 +30,7 @@ from helpers.checks.diagnose import (
     unused_told,
 )
 from helpers.checks.errors import attempt, outcome
+from helpers.checks.invariants import gradient_cut
 
 #: what diagnose establishes that is worth less than a catalogued mistake or the inside view
 WEAK = ("generic", "rule_localised")
@@ -80,7 +81,14 @@ def gradients(module, x: torch.Tensor) -> dict | str | None:
             found = torch.autograd.grad((out * weight).sum(), [t for _, t in named], allow_unused=True)
     except Exception as exc:  # noqa: BLE001 - an in-place change of what autograd saved, say
         return f"{type(exc).__name__}: {exc}"[:500]
-    return {name: None if g is None else g.detach() for (name, _), g in zip(named, found, strict=True)}
+    grads = {name: None if g is None else g.detach() for (name, _), g in zip(named, found, strict=True)}
+    padding = {name: int(m.padding_idx) for name, m in module.named_modules()
+               if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None}
+    return {**grads, PADDING: padding} if padding else grads
+
+
+#: the key under which ``gradients`` names the embeddings built with a padding_idx (module name -> row)
+PADDING = "(padding_idx)"
 
 
 def judge_gradients(grads, reference, x: torch.Tensor, what: str, dtype: torch.dtype, hint: str = "") -> None:
@@ -96,7 +104,7 @@ def judge_gradients(grads, reference, x: torch.Tensor, what: str, dtype: torch.d
     ours = gradients(reference, x)
     tol = 1e-7 if dtype == torch.float64 else 1e-3
     for name, want in (ours if isinstance(ours, dict) else {}).items():
-        if want is None or not bool(want.abs().gt(0).any()):
+        if not isinstance(want, torch.Tensor) or not bool(want.abs().gt(0).any()):
             continue
         have = grads.get(name)
         where = "the input x" if name == INPUT_GRAD else name
@@ -105,12 +113,37 @@ def judge_gradients(grads, reference, x: torch.Tensor, what: str, dtype: torch.d
                                                         if name == INPUT_GRAD else "")
         elif not close(want, have, tol, tol):
             problem = f"the gradient that reaches {where} is wrong ({first_mismatch(want, have, tol, tol)})"
+            padded = _padding_told(grads, reference, x, name, tol)
+            if padded:
+                raise CheckFailed(f"{what}: the output is right, but {problem}: {padded}")
         else:
             continue
-        raise CheckFailed(
-            f"{what}: the output is right, but {problem}: part of the computation is cut off from autograd "
-            "(a torch.no_grad() block, .detach(), .data, .item(), or a round trip through numpy or a Python "
-            f"number), so training would not change what it should.{hint}")
+        raise CheckFailed(gradient_cut(what, problem, hint))
+
+
+def _padding_told(grads: dict, reference, x: torch.Tensor, name: str, tol: float) -> str | None:
+    """Why the gradient of ``name`` is wrong, when the student's module built its embedding with a
+    padding_idx and the reference given the same padding_idx sends back exactly the student's
+    gradients (verified, not guessed); None otherwise."""
+    padding = grads.get(PADDING)
+    for module_name, row in (padding.items() if isinstance(padding, dict) else ()):
+        if f"{module_name}.weight" != name or not isinstance(row, int) or isinstance(row, bool):
+            continue
+        changed = copy.deepcopy(reference)
+        embedding = changed.get_submodule(module_name) if module_name else changed
+        if not isinstance(embedding, torch.nn.Embedding) or not -embedding.num_embeddings <= row < embedding.num_embeddings:
+            continue
+        embedding.padding_idx = row % embedding.num_embeddings
+        theirs = gradients(changed, x)
+        if isinstance(theirs, dict) and all(
+                want is None or (isinstance(grads.get(n), torch.Tensor) and grads[n].shape == want.shape
+                                 and close(want, grads[n], tol, tol))
+                for n, want in theirs.items() if n != PADDING):
+            return (f"{module_name} was built with padding_idx={row}, and the reference built that way sends back "
+                    f"exactly your gradients: nn.Embedding(..., padding_idx={row}) gives row {row} no gradient from "
+                    "the lookup, so that token's embedding never trains. The course's tokens have no padding token: "
+                    "build the embedding without padding_idx.")
+    return None
 
 
 def load_weights(module, weights: dict[str, torch.Tensor], what: str, layout: str = "keep the constructor as given") -> None:
