@@ -16,10 +16,22 @@ from pathlib import Path
 
 from autograder.course import CourseError, Lesson, lessons
 from autograder.executors import Job, Timing, check_executor, make_executor, notebook_result
-from autograder.grading import NotebookResult, locate
-from autograder.reports import not_graded_row, write_reports
+from autograder.grading import NotebookResult
+from autograder.intake import Intake
+from autograder.reports import not_graded_row
 from autograder.runner import LessonLimits, Limits, limits_data, limits_for
 from autograder.sandbox import resolve_mode
+from autograder.term import (
+    adopt_earlier,
+    choose_assignments,
+    gradebook_students,
+    rebuild,
+    roster_rows,
+    store,
+    student_folders,
+    unreleased_rows,
+    write_submission_rows,
+)
 
 CACHE = ".cache"
 MANIFEST = "grading.json"  # what was graded, how, by which course; written last
@@ -209,8 +221,12 @@ def grade_class(
     shard: tuple[int, int] | None = None,
     executor="local",
     not_graded: dict[str, str] | None = None,
+    roster: list[str] | None = None,
+    exchanges=(),
 ):
-    """Grade every student × lesson; write the reports into ``out``; return the long gradebook.
+    """Grade every student × lesson; write the reports into ``out``; return the long gradebook of
+    every assignment graded into ``out`` so far (``autograder.term``: a run replaces only the
+    results of the assignments it grades, and the reports are rebuilt from all of them).
 
     Finished notebooks are cached in ``out/.cache``: an interrupted run picks up where it
     stopped, and a notebook is graded again only when it, or the course, changed.
@@ -220,37 +236,55 @@ def grade_class(
     ``not_graded`` (lesson -> reason: its solution could not run in the grader) names lessons that
     are not graded at all: each of their submissions is listed in ``needs_attention.csv`` with
     the reason, and none is scored, cached or written into the gradebook.
+    The class is the student folders of ``submitted``, the ids of ``roster`` and, with
+    ``gradebook``, nbgrader's student table. Without ``only``, the assignments handed in (and
+    released, where one of ``exchanges`` shows what was: ``term.choose_assignments``) are graded.
+    Each notebook is found by ``intake.Intake``: what it chose, and what it could not place, goes
+    into ``needs_attention.csv``.
     """
     limits = with_salt(limits or Limits(), grading_salt(root))
     mode = resolve_mode(sandbox)
     if isinstance(executor, str):
         check_executor(executor)
     course = lessons(root)
-    chosen = [lesson for lesson in course if not only or lesson.assignment in only]
-    if only and len(chosen) != len(set(only)):
-        known = ", ".join(lesson.assignment for lesson in course)
-        raise CourseError(f"unknown assignment in {only}; the course has {known}")
     if shard is not None and gradebook:
         raise CourseError("--gradebook with --shard: write the gradebook once, with `transformer-course merge ... --gradebook`")
-    roster = sorted(p.name for p in submitted.iterdir() if p.is_dir() and not p.name.startswith("."))
+    folders = student_folders(submitted)
+    given, enrolled = sorted(set(roster or ())), gradebook_students(gradebook) if gradebook else []
+    listed = sorted(set(given) | set(enrolled))
+    source = " and ".join(name for name, ids in (("--roster", given), ("the gradebook's students", enrolled)) if ids)
+    roster = sorted(set(folders) | set(listed))
     if not roster:
-        raise CourseError(f"{submitted} has no student folders (<student>/<assignment>/<notebook>.ipynb)")
+        raise CourseError(f"{submitted} has no student folders (<student>/<assignment>/<notebook>.ipynb) and no roster was given")
+    plan = choose_assignments(course, submitted, folders, only, exchanges)
+    chosen = plan.chosen
+    if not chosen:
+        raise CourseError(f"nothing to grade: no assignment was {plan.what} ({submitted}); name one with --assignment")
+    if progress and not only:
+        print(f"grading {', '.join(lesson.assignment for lesson in chosen)}: {plan.rule}", file=sys.stderr)
     students = roster if shard is None else [s for s in roster if shard_of(s, shard[1]) == shard[0]]
     fingerprint = course_fingerprint(root)
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)  # written again last, once this run has finished
+    intake = Intake(root, submitted, out / CACHE / "intake",
+                    {lesson.assignment: limits_for(limits, lesson.assignment).notebook_mb for lesson in chosen})
+    picks = {(s, lesson.assignment): intake.pick(s, lesson) for lesson in chosen for s in students}
+    attention = [row for pick in picks.values() for row in pick.rows]
+    elsewhere = [row for s in students if s in folders for row in intake.stray_folders(s, course)]
+    elsewhere += unreleased_rows(plan, students, course)
+    elsewhere += roster_rows(students, folders, listed, source)
     not_graded = {a: reason for a, reason in (not_graded or {}).items() if a in {le.assignment for le in chosen}}
     work = [(s, lesson) for lesson in chosen if lesson.assignment not in not_graded for s in students]
-    waiting = [not_graded_row(s, lesson.assignment, _notebook_name(submitted, s, lesson),
-                              lesson.max_score, not_graded[lesson.assignment])
-               for lesson in chosen if lesson.assignment in not_graded for s in students]
+    attention += [not_graded_row(s, lesson.assignment, _name(picks[(s, lesson.assignment)].source),
+                                 lesson.max_score, not_graded[lesson.assignment])
+                  for lesson in chosen if lesson.assignment in not_graded for s in students]
     results: list[NotebookResult] = []
     rows: list[list[str]] = []
     graded: list[tuple[str, str, str]] = []
     todo: list[Job] = []
     keys: dict[tuple[str, str], tuple[str, Path]] = {}
     for student, lesson in work:
-        path = locate(submitted, student, lesson)
+        path = picks[(student, lesson.assignment)].path
         key = _key(fingerprint, lesson, path, limits, mode)
         cache_file = out / CACHE / cache_name(student, lesson.assignment)
         graded.append((student, lesson.assignment, key))
@@ -287,20 +321,36 @@ def grade_class(
                     )
         finally:
             pool.close()
-    frame = write_reports(results, out, submitted, waiting)
+    assignments = [lesson.assignment for lesson in chosen]
+    adopted = adopt_earlier(out, out / CACHE, [lesson.assignment for lesson in course], set(assignments))
+    if adopted and progress:
+        print(f"kept the results of {', '.join(adopted)}, graded into {out} by an earlier version (from {CACHE}/)",
+              file=sys.stderr)
+    store(out, assignments, results, attention, not_graded)
+    write_submission_rows(out, elsewhere)
+    frame = rebuild(out, submitted)
     write_jobs(out, rows)
     if gradebook:
         from autograder.gradebook import write_gradebook
 
-        count = write_gradebook(gradebook, root, results)
+        count = write_gradebook(gradebook, root, results, submitted=submitted, out=out,
+                                paths={key: pick.path for key, pick in picks.items()})
         if progress:
             print(f"wrote {count} submissions into the nbgrader gradebook {gradebook}", file=sys.stderr)
-    assignments = [lesson.assignment for lesson in chosen]
     write_manifest(out, manifest(fingerprint, limits, mode, assignments, roster, shard, graded, not_graded))
     return frame
 
 
-def _notebook_name(submitted: Path, student: str, lesson: Lesson) -> str:
-    """The file name of ``student``'s submission for ``lesson``; empty when nothing was handed in."""
-    path = locate(submitted, student, lesson)
+def _name(path: Path | None) -> str:
+    """The file name of a submission; empty when nothing was handed in."""
     return path.name if path is not None else ""
+
+
+def with_notebook_cap(limits: Limits | LessonLimits, megabytes: float | None) -> Limits | LessonLimits:
+    """``limits`` with the largest notebook read set to ``megabytes`` (``--max-notebook-mb``; None keeps it)."""
+    if megabytes is None:
+        return limits
+    if isinstance(limits, LessonLimits):
+        return LessonLimits(dataclasses.replace(limits.default, notebook_mb=megabytes),
+                            tuple((a, dataclasses.replace(lim, notebook_mb=megabytes)) for a, lim in limits.lessons))
+    return dataclasses.replace(limits, notebook_mb=megabytes)

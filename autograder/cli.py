@@ -73,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         help="where notebooks run: `local` (default: --jobs fork servers here) or a Dask scheduler "
         "(each worker starts its own fork servers; needs the `dask` extra; --jobs is not used)",
     )
+    p.add_argument("--roster", type=Path, metavar="CSV",
+                   help="the class: a CSV with an `id` column (as `nbgrader db student import` reads); a student on it "
+                        "who handed nothing in is graded `missing` (with --gradebook, its students count too)")
+    p.add_argument("--exchange", type=Path, metavar="DIR",
+                   help="nbgrader's exchange (its Exchange.root), where `release_assignment` shows what was released "
+                        "(default: the one nbgrader's config names, and nbgrader's default)")
+    p.add_argument("--max-notebook-mb", type=int, default=None, metavar="MB",
+                   help="largest notebook graded, MiB (default 20); a bigger one is `invalid`, listed in needs_attention.csv")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("merge", help="combine the outputs of `grade --shard i/N` runs into what one run writes")
@@ -178,15 +186,38 @@ def cmd_grade(args) -> int:
     executor = check_executor(args.executor)  # every usage error before the limits are measured or printed
     if shard is not None and args.gradebook:
         raise UsageError("--gradebook with --shard: write the gradebook once, with `transformer-course merge ... --gradebook`")
-    limits, not_graded = _grading_limits(args, out, shard)
+    if args.max_notebook_mb is not None and args.max_notebook_mb < 1:
+        raise UsageError("--max-notebook-mb must be at least 1")
+    from autograder.batch import with_notebook_cap
+    from autograder.term import choose_assignments, exchange_folders, read_roster, student_folders
+
+    root = find_course_root()
+    roster = read_roster(args.roster) if args.roster is not None else None
+    exchanges = exchange_folders(root, args.exchange)
+    folders = student_folders(submitted)
+    if not folders and not roster and not args.gradebook:
+        raise UsageError(f"{submitted} has no student folders (<student>/<assignment>/<notebook>.ipynb) and no --roster was given")
+    plan = choose_assignments(lessons(root), submitted, folders, args.assignment, exchanges)
+    if not plan.chosen:
+        raise UsageError(f"nothing to grade: no assignment was {plan.what} in {submitted}; name one with --assignment")
+    # only the assignments this run grades are measured
+    measured = argparse.Namespace(**{**vars(args), "assignment": [lesson.assignment for lesson in plan.chosen]})
+    limits, not_graded = _grading_limits(measured, out, shard)
     frame = grade_class(
-        find_course_root(), submitted, out, jobs=args.jobs, limits=limits, only=args.assignment,
-        sandbox=args.sandbox, resume=not args.fresh, gradebook=args.gradebook, shard=shard, executor=executor,
-        not_graded=not_graded,
+        root, submitted, out, jobs=args.jobs, limits=with_notebook_cap(limits, args.max_notebook_mb),
+        only=args.assignment, sandbox=args.sandbox, resume=not args.fresh, gradebook=args.gradebook, shard=shard,
+        executor=executor, not_graded=not_graded, roster=roster, exchanges=exchanges,
     )
     from autograder.reports import summary
 
     print(summary(frame, not_graded))
+    from autograder.intake import CHOSEN, MISPLACED
+    from autograder.reports import RENAMED
+    from autograder.term import OFF_ROSTER, attention_counts
+
+    found = attention_counts(out, (CHOSEN, MISPLACED, OFF_ROSTER, RENAMED))
+    if found:
+        print(f"submissions that stray from nbgrader's layout, in needs_attention.csv with what to do: {found}")
     print(f"\nwrote {out / 'grades.csv'}, feedback/ and reports in {out}")
     if shard is not None:
         print(f"this is shard {shard[0]}/{shard[1]}: `transformer-course merge` combines all {shard[1]} shards")

@@ -196,7 +196,7 @@ class DaskExecutor:
         for job in jobs:
             try:
                 if job.path is not None:
-                    read_notebook(job.path)
+                    read_notebook(job.path, limits_for(limits, job.lesson.assignment).notebook_mb)
                     remote.append(job)
                     continue
             except InvalidNotebook:

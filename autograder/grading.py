@@ -57,7 +57,9 @@ def _stuck_message(line: dict, what: str) -> str:
 STATUSES = ("passed", "failed", "error", "timeout", "crashed", "missing", "invalid", "tampered")
 # when tests of one exercise disagree, the exercise shows the most serious status
 SEVERITY = {s: i for i, s in enumerate(STATUSES)}
-MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+MAX_NOTEBOOK_MB = Limits.notebook_mb  # the default of ``--max-notebook-mb``
+#: the option that raises the cap, named in the message of a notebook over it
+CAP_OPTION = "--max-notebook-mb"
 
 
 class InvalidNotebook(Exception):
@@ -122,16 +124,27 @@ class NotebookResult:
 # Reading a submission
 
 
-def read_notebook(path: Path) -> dict:
-    """Parse ``path`` as an nbformat-4 notebook, or raise InvalidNotebook with the reason."""
+def over_cap(size: int, max_mb: float) -> str:
+    """Why a file of ``size`` bytes is not read, or "" when it is within ``max_mb`` MiB."""
+    if size <= max_mb * 2**20:
+        return ""
+    return (f"the file is {size / 2**20:.0f} MiB; notebooks over {max_mb:g} MiB are not graded (most of such a file "
+            f"is saved output: grade it with {CAP_OPTION} {int(size / 2**20) + 1}, or ask for it saved with its "
+            "outputs cleared)")
+
+
+def read_notebook(path: Path, max_mb: float = MAX_NOTEBOOK_MB) -> dict:
+    """Parse ``path`` as an nbformat-4 notebook, or raise InvalidNotebook with the reason.
+
+    A file over ``max_mb`` MiB is not read (``--max-notebook-mb``; the message names the option)."""
     try:
         size = path.stat().st_size
     except OSError as exc:
         raise InvalidNotebook(f"cannot read the file: {exc.strerror}") from None
     if size == 0:
         raise InvalidNotebook("the file is empty")
-    if size > MAX_NOTEBOOK_BYTES:
-        raise InvalidNotebook(f"the file is {size / 2**20:.0f} MiB; notebooks over 20 MiB are not graded")
+    if over_cap(size, max_mb):
+        raise InvalidNotebook(over_cap(size, max_mb))
     try:
         nb = json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
@@ -298,7 +311,7 @@ def grade_notebook(
     if path is None:
         return uniform("missing", f"no {lesson.filename} was submitted")
     try:
-        submission = read_notebook(path)
+        submission = read_notebook(path, limits.notebook_mb)
     except InvalidNotebook as exc:
         return uniform("invalid", f"{path.name}: {exc}")
     try:

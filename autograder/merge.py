@@ -37,9 +37,18 @@ from autograder.batch import (
     write_jobs,
     write_manifest,
 )
-from autograder.course import CourseError
-from autograder.reports import write_reports
+from autograder.course import CourseError, lessons
 from autograder.runner import limits_from_data
+from autograder.term import (
+    RESULTS,
+    adopt_earlier,
+    read_record,
+    rebuild,
+    record_file,
+    store,
+    submission_rows,
+    write_submission_rows,
+)
 
 # fields every shard of one class must agree on, and how to name them in an error
 AGREE = {
@@ -140,8 +149,14 @@ def merge_shards(folders: list[Path], out: Path, *, gradebook: str | None = None
             raise MergeError(
                 f"the course in {root} is not the one the shards were graded with; write the gradebook from that checkout"
             )
-    results, graded, rows, copies = [], [], [], []
+    results, graded, rows, copies, attention, elsewhere = [], [], [], [], [], []
     for folder, data in shards:
+        for assignment in data["assignments"]:
+            path = record_file(folder, assignment)
+            if not path.exists():
+                raise MergeError(f"{folder} has no {RESULTS}/{assignment}.json: its output is incomplete")
+            attention += read_record(path)["attention"]  # the rows of its own students
+        elsewhere += submission_rows(folder)
         for student, assignment, key in data["graded"]:
             source = folder / CACHE / cache_name(student, assignment)
             result = _load(source, key)
@@ -156,8 +171,13 @@ def merge_shards(folders: list[Path], out: Path, *, gradebook: str | None = None
     (out / CACHE).mkdir(exist_ok=True)
     for source in copies:
         shutil.copyfile(source, out / CACHE / source.name)
+    # the merged folder is a term's folder too: its other assignments' results are kept
+    known = [lesson.assignment for lesson in lessons(root or _course_root())]
+    adopt_earlier(out, out / CACHE, known, set(first["assignments"]))
+    store(out, first["assignments"], results, attention, first.get("not_graded"))
+    write_submission_rows(out, elsewhere)
     # nbgrader's sidecar files (timestamp, submission secret) come from the shards' feedback/
-    frame = write_reports(results, out, [folder / "feedback" for folder, _ in shards])
+    frame = rebuild(out, [folder / "feedback" for folder, _ in shards])
     write_jobs(out, rows)
     if gradebook:
         from autograder.gradebook import write_gradebook
@@ -170,6 +190,12 @@ def merge_shards(folders: list[Path], out: Path, *, gradebook: str | None = None
     write_manifest(out, manifest(first["course_fingerprint"], limits, first["sandbox"], first["assignments"],
                                  roster, None, graded))
     return frame
+
+
+def _course_root() -> Path:
+    from autograder.course import find_course_root
+
+    return find_course_root()
 
 
 def _job_rows(folder: Path) -> list[list[str]]:

@@ -44,6 +44,10 @@ class Limits:
     cell_s: float = 30.0  # one cell: an alarm raises CellTimeout inside it
     memory_mb: int = 2048  # address space the child may add to what the imports already use
     output_mb: int = 16  # largest file the child may write (its printed output included)
+    #: largest submitted notebook the grader reads, MiB (``--max-notebook-mb``): a bigger one is
+    #: ``invalid``, never parsed; not a limit of the child's, but it decides a grade, so it travels
+    #: with the limits (into every cache key and manifest, to every Dask worker)
+    notebook_mb: int = 20
     #: ``((grade_id, seconds), ...)``: the course's own cells (answers and tests) with a limit of
     #: their own, measured from the solution (``autograder.limits``); other cells get ``cell_s``
     steps: tuple[tuple[str, float], ...] = ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 from pathlib import Path
 
@@ -16,10 +17,42 @@ NEEDS_EYES = ("crashed", "timeout", "invalid", "tampered")
 NOT_GRADED = "not graded"
 
 
+#: a student whose feedback page is not ``feedback/<id>.html`` (the id is not a plain file name, or
+#: another id differs from it only in case): the row says which page is theirs
+RENAMED = "renamed"
+
+
+def attention_row(student: str, assignment: str, notebook: str, max_score: float | None, status: str, message: str,
+                  exercise: str = "(submission)") -> dict:
+    """A row of ``needs_attention.csv`` that is no exercise's result: no score (not a 0)."""
+    return {"student_id": student, "assignment": assignment, "notebook": notebook, "exercise": exercise,
+            "score": None, "max_score": max_score, "status": status, "message": message}
+
+
 def not_graded_row(student: str, assignment: str, notebook: str, max_score: float, reason: str) -> dict:
     """The row of ``needs_attention.csv`` for one submission that was not graded: no score, not a 0."""
-    return {"student_id": student, "assignment": assignment, "notebook": notebook, "exercise": "(notebook)",
-            "score": None, "max_score": max_score, "status": NOT_GRADED, "message": reason}
+    return attention_row(student, assignment, notebook, max_score, NOT_GRADED, reason, exercise="(notebook)")
+
+
+def page_names(students) -> dict[str, str]:
+    """Each student's feedback page, a file name no other student's can clash with.
+
+    ``<id>.html`` when the id is a plain file name (letters, digits, ``-_.``) that no other id equals
+    but for case; otherwise the id made plain plus the first 8 hex digits of its SHA-256
+    (``Mary Jane`` -> ``Mary_Jane-<hash>.html``, next to ``Mary_Jane.html``): the same id always
+    gets the same page, whoever else is in the class."""
+    students = sorted(set(students))
+    folded: dict[str, int] = {}
+    for student in students:
+        folded[student.casefold()] = folded.get(student.casefold(), 0) + 1
+    names = {}
+    for student in students:
+        plain = _safe(student)
+        if plain == student and folded[student.casefold()] == 1:
+            names[student] = f"{plain}.html"
+        else:
+            names[student] = f"{plain}-{hashlib.sha256(student.encode('utf-8')).hexdigest()[:8]}.html"
+    return names
 
 
 def gradebook(results: list[NotebookResult]) -> pd.DataFrame:
@@ -43,8 +76,9 @@ def gradebook(results: list[NotebookResult]) -> pd.DataFrame:
 
 
 def totals(frame: pd.DataFrame) -> pd.DataFrame:
-    """Wide table: one row per student, one column per assignment, and the total."""
-    wide = frame.pivot_table(index="student_id", columns="assignment", values="score", aggfunc="sum", fill_value=0.0)
+    """Wide table: one row per student, one column per assignment, and the total. An assignment a
+    student was never graded for (they joined after it was graded) is empty, not 0."""
+    wide = frame.pivot_table(index="student_id", columns="assignment", values="score", aggfunc="sum")
     wide["total"] = wide.sum(axis=1)
     wide.columns.name = None
     return wide
@@ -63,8 +97,10 @@ def write_reports(results: list[NotebookResult], out: Path, submitted: Path | li
                   not_graded: list[dict] = ()) -> pd.DataFrame:
     """Write every report of a run into ``out``; returns the long gradebook.
 
-    ``not_graded``: rows (``not_graded_row``) for submissions that were not graded; they go into
-    ``needs_attention.csv`` only, after the graded ones."""
+    ``not_graded``: rows (``attention_row``, ``not_graded_row``) that are no exercise's result: a
+    submission that was not graded, a notebook the grader chose; they go into
+    ``needs_attention.csv`` only, after the graded ones. A feedback page of a student or a
+    submission no longer among ``results`` is removed (a regrade without them)."""
     out.mkdir(parents=True, exist_ok=True)
     frame = gradebook(results)
     frame.to_csv(out / "grades.csv", index=False)
@@ -81,19 +117,38 @@ def write_reports(results: list[NotebookResult], out: Path, submitted: Path | li
     stuck = [{"student_id": r.student, "assignment": r.assignment, "notebook": r.notebook, "exercise": "(notebook)",
               "score": 0.0, "max_score": 0.0, "status": "timeout", "message": r.note}
              for r in results if r.stuck_cells]  # a cell of its own that was killed: no exercise shows it
-    extra = pd.DataFrame(stuck + list(not_graded), columns=frame.columns)
+    by_student: dict[str, list[NotebookResult]] = {}
+    for result in results:
+        by_student.setdefault(result.student, []).append(result)
+    pages = page_names(by_student)
+    renamed = [attention_row(student, "", "", None, RENAMED, _renamed_message(student, page, pages), "(feedback)")
+               for student, page in pages.items() if page != f"{student}.html"]
+    extra = pd.DataFrame(stuck + list(not_graded) + renamed, columns=frame.columns)
     if not extra.empty:
         eyes = extra if eyes.empty else pd.concat([eyes, extra], ignore_index=True)
     eyes.to_csv(out / "needs_attention.csv", index=False)
     feedback = out / "feedback"
     feedback.mkdir(exist_ok=True)
-    by_student: dict[str, list[NotebookResult]] = {}
-    for result in results:
-        by_student.setdefault(result.student, []).append(result)
     for student, mine in by_student.items():
-        (feedback / f"{_safe(student)}.html").write_text(feedback_html(student, mine), encoding="utf-8")
+        (feedback / pages[student]).write_text(feedback_html(student, mine), encoding="utf-8")
+    for stale in sorted(feedback.glob("*.html")):
+        if stale.name not in set(pages.values()):
+            stale.unlink()
     write_nbgrader_feedback(results, feedback, submitted)
     return frame
+
+
+def _renamed_message(student: str, page: str, pages: dict[str, str]) -> str:
+    if _safe(student) != student:
+        why = "the id is not a plain file name"
+    else:
+        same = sorted(s for s in pages if s != student and s.casefold() == student.casefold())
+        why = f"another id differs from it only in case: {', '.join(same)}"
+    plain = _safe(student) + ".html"
+    owner = [s for s, name in pages.items() if name == plain]
+    also = f"; feedback/{plain} is {owner[0]}'s" if owner else ""
+    return (f"{student}'s feedback page is feedback/{page} ({why}{also}); nbgrader's layout keeps the id as it is: "
+            f"feedback/{student}/<assignment>/")
 
 
 NBGRADER_SIDECARS = ("timestamp.txt", "submission_secret.txt")
@@ -111,6 +166,12 @@ def write_nbgrader_feedback(results: list[NotebookResult], feedback: Path,
     (a merge passes its shards' ``feedback/`` folders).
     """
     sources = [] if submitted is None else [submitted] if isinstance(submitted, (str, Path)) else list(submitted)
+    graded = {(r.student, r.assignment) for r in results}
+    for folder in sorted(feedback.glob("*/*/")):  # a page of a submission no longer graded (a regrade without it)
+        student, assignment = folder.parent.name, folder.name
+        if assignment in {a for _, a in graded} and (student, assignment) not in graded:
+            for page in [*folder.glob("*.html"), *(folder / name for name in NBGRADER_SIDECARS)]:
+                page.unlink(missing_ok=True)
     for r in results:
         if not r.student or r.student.startswith(".") or "/" in r.student or "\\" in r.student:
             continue  # never a path outside feedback/ (student ids are folder names of submitted/)
@@ -204,7 +265,7 @@ def summary(frame: pd.DataFrame, not_graded: dict[str, str] | None = None) -> st
 
 def _graded_summary(frame: pd.DataFrame) -> list[str]:
     """The totals, the statuses and the submissions an instructor should look at."""
-    lines = [totals(frame).to_string(float_format=lambda v: f"{v:g}")]
+    lines = [totals(frame).to_string(float_format=lambda v: "" if v != v else f"{v:g}", na_rep="")]
     counts = frame["status"].value_counts()
     lines.append("exercises: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if s in counts))
     eyes = frame[frame["status"].isin(NEEDS_EYES)]
