@@ -21,6 +21,7 @@ in place of the student's copies, so a deleted or edited test cell changes nothi
 from __future__ import annotations
 
 import json
+import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,13 +220,21 @@ def build_program(lesson: Lesson, submission: dict) -> tuple[list[Step], set[str
 # ---------------------------------------------------------------------------------------------
 # Judging
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def without_addresses(message: str) -> str:
+    """``message`` without the memory addresses of object reprs (``<... object at 0x7f…>``): they
+    change from run to run, and feedback must not (shards, resumed and repeated runs compare bytes)."""
+    return _ADDRESS.sub("", message)
+
 
 def judge_test(test: Test, job: JobResult, answer_line: dict | None, code: tuple[str, ...] = ()) -> TestResult:
     """The result of one test from the child's lines; ``code``: the notebook's code cells, read for
     the names they define when the test could not find one."""
     def result(status: str, message: str) -> TestResult:
         points = test.points if status == "passed" else 0.0
-        return TestResult(test.grade_id, test.hidden, status, points, test.points, message)
+        return TestResult(test.grade_id, test.hidden, status, points, test.points, without_addresses(message))
 
     if job.lost:
         return result("crashed", f"the notebook {job.lost}")

@@ -219,3 +219,13 @@ def test_scores_reach_nbgraders_gradebook_and_export(tmp_path):
     assert len(exported) == len(ours)
     for student, score in ours.items():
         assert exported[student] == score, student
+
+
+@pytest.mark.slow
+def test_no_feedback_page_shows_a_memory_address(run):
+    import re
+
+    pages = list((run["out"] / "feedback").rglob("*.html"))
+    assert pages
+    for page in pages:
+        assert not re.search(r" at 0x[0-9a-fA-F]{6,}", page.read_text(encoding="utf-8")), page.name

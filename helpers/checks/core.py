@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import math
 import random
+import re
 import threading
 import traceback
 from collections.abc import Sequence
@@ -392,7 +393,7 @@ def describe(value: Any) -> str:
         return (f"a tuple or list of {len(value)} items ({items})"[:300]
                 + (" — torch.max, torch.min, torch.sort and torch.topk with dim= return a (values, indices) pair: "
                    "take .values or .indices (or use argmax)" if pair else ""))
-    return f"{type(value).__name__} {value!r}"[:200]
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(value).__name__} {value!r}")[:200]  # no address: same every run
 
 
 INCOMPLETE = "the check's data is incomplete"
