@@ -366,8 +366,8 @@ def _judged(lesson: Lesson, path: Path, student: str, steps: list[Step], found: 
         notes.append(f"{', '.join(extra)} ran past {'its' if len(extra) == 1 else 'their'} alarm and "
                      f"{'was' if len(extra) == 1 else 'were'} killed; the notebook was graded without "
                      f"{'it' if len(extra) == 1 else 'them'}")
-    return NotebookResult(student, lesson.assignment, lesson.filename, exercises, job.wall_s, job.output_tail,
-                          "; ".join(notes), extra)
+    return NotebookResult(student, lesson.assignment, lesson.filename, exercises, job.wall_s,
+                          without_addresses(job.output_tail), "; ".join(notes), extra)
 
 
 def locate(submitted: Path, student: str, lesson: Lesson) -> Path | None:
