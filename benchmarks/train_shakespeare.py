@@ -55,6 +55,11 @@ PRESETS = {
 }
 
 
+#: --save without a path: the course's cache file of the text trained on (``course_checkpoint_path``),
+#: known once the text is read; not a string, so that argparse keeps this very object
+COURSE_CACHE = Path("(the course's cache)")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--fused", action="store_true",
@@ -82,8 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (2)")
     p.add_argument("--seed", type=int, default=1337, help="seeds the initialisation and the batches (1337)")
     p.add_argument("--untied", action="store_true", help="separate input and output embeddings")
-    p.add_argument("--save", type=Path, nargs="?", const=course_checkpoint_path(), default=None,
-                   help=f"write a checkpoint here (no path: {course_checkpoint_path()}, which lesson 08 loads)")
+    p.add_argument("--save", type=Path, nargs="?", const=COURSE_CACHE, default=None,
+                   help=f"write a checkpoint here (no path: the course's cache, {course_checkpoint_path()} for "
+                        "the text read now, which lesson 08 loads)")
     p.add_argument("--progress", action="store_true", help="show a progress bar")
     preset = p.parse_known_args(argv)[0].preset
     p.set_defaults(**PRESETS[preset])
@@ -94,6 +100,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     data = shakespeare_dataset()
+    if args.save is COURSE_CACHE:  # the file of the text just read: a model of one text never loads for another
+        args.save = course_checkpoint_path(data.corpus)
     seed_everything(args.seed)
     head_dim, rest = divmod(args.emb_dim, args.heads)
     if rest:
@@ -155,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": platform.processor() or platform.machine(),
     }
     if args.save is not None:
-        extra = {"val_loss": val_loss, "command": "python benchmarks/train_shakespeare.py " + " ".join(argv or sys.argv[1:])}
+        extra = {"val_loss": val_loss, "corpus": data.corpus, "command": "python benchmarks/train_shakespeare.py " + " ".join(argv or sys.argv[1:])}
         save_checkpoint(args.save, model, config, data.vocab, extra=extra)
         result["checkpoint"] = str(args.save)
     print(json.dumps(result))

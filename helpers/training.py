@@ -37,7 +37,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from helpers.data import CharDataset, CharVocab, default_cache_dir, get_batch
+from helpers.data import (
+    CORPORA,
+    TINY_SHAKESPEARE_SHA256,
+    CharDataset,
+    CharVocab,
+    DataUnavailableError,
+    corpus_name,
+    default_cache_dir,
+    get_batch,
+    tiny_shakespeare_path,
+)
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -46,6 +56,7 @@ __all__ = [
     "LiveLossPlot",
     "TrainConfig",
     "CHECKPOINT_ENV_VAR",
+    "checkpoint_name",
     "configure_optimizer",
     "course_checkpoint_path",
     "estimate_loss",
@@ -392,20 +403,47 @@ class LiveLossPlot:
 
 #: an explicit path for the course's trained character model (lesson 07 writes it, lesson 08 reads it)
 CHECKPOINT_ENV_VAR = "TRANSFORMER_COURSE_CHECKPOINT"
+#: the file of the model trained on Tiny Shakespeare; a model of another text has its own (``checkpoint_name``)
 CHECKPOINT_NAME = "shakespeare-char.pt"
 
 
-def course_checkpoint_path() -> Path:
+def checkpoint_name(corpus: str) -> str:
+    """The file name of the course's character model trained on the text named ``corpus``.
+
+    ``corpus`` is a name as ``CharDataset.corpus`` and ``helpers.data.corpus_name`` give it.
+    Tiny Shakespeare's model is ``shakespeare-char.pt``; another text of ``CORPORA`` gets the stem of
+    its file (``shakespeare-char-shakespeare-plays.pt``), and any other text ``...-unchecked.pt``.
+    The two texts have vocabularies of the same size, so a model of one would load for the other
+    without an error and read every id as the wrong character: one file per text prevents that.
+    """
+    if corpus == CORPORA[TINY_SHAKESPEARE_SHA256].name:
+        return CHECKPOINT_NAME
+    stem = next((Path(c.filename).stem for c in CORPORA.values() if c.name == corpus), "unchecked")
+    return f"{Path(CHECKPOINT_NAME).stem}-{stem}.pt"
+
+
+def _corpus_read_now() -> str:
+    """The name of the text ``shakespeare_dataset()`` would read now, found without downloading
+    anything; Tiny Shakespeare's when there is none yet."""
+    try:
+        return corpus_name(tiny_shakespeare_path(download=False, progress=False))
+    except DataUnavailableError:
+        return CORPORA[TINY_SHAKESPEARE_SHA256].name
+
+
+def course_checkpoint_path(corpus: str | None = None) -> Path:
     """Where the course keeps the character model that lesson 07 trains and lesson 08 loads.
 
-    ``$TRANSFORMER_COURSE_CHECKPOINT`` if it is set, else ``shakespeare-char.pt`` in the course's
-    cache folder (``helpers.data.default_cache_dir()``), the same in every folder a notebook is
-    opened from. The file may not exist yet: nothing is created here.
+    ``$TRANSFORMER_COURSE_CHECKPOINT`` if it is set, else, in the course's cache folder
+    (``helpers.data.default_cache_dir()``), the file of the model trained on ``corpus``
+    (``checkpoint_name``: ``shakespeare-char.pt`` for Tiny Shakespeare), the same in every folder a
+    notebook is opened from. The lessons pass ``data.corpus``; without it, the text that
+    ``shakespeare_dataset()`` would read now. The file may not exist yet: nothing is created here.
     """
     explicit = os.environ.get(CHECKPOINT_ENV_VAR)
     if explicit:
         return Path(explicit).expanduser()
-    return default_cache_dir() / CHECKPOINT_NAME
+    return default_cache_dir() / checkpoint_name(corpus if corpus is not None else _corpus_read_now())
 
 
 class CheckpointError(ValueError):

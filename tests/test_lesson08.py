@@ -61,7 +61,7 @@ def test_the_temperature_is_never_written_T():
 def test_the_model_comes_from_the_course_cache_or_is_trained_there():
     cells = {cid: src for _, cid, src in _cells()}
     code = cells["l08-06"]
-    assert "course_checkpoint_path()" in code and "save_checkpoint(" in code and "train(" in code
+    assert "course_checkpoint_path(data.corpus)" in code and "save_checkpoint(" in code and "train(" in code
     assert "not QUICK" in code or "if QUICK" in code, "only the full setting saves the model it trained"
     assert "checkpoints/" not in "".join(cells.values()), "the repository holds no checkpoints/ folder"
 

@@ -7,13 +7,15 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.data import CharVocab, get_batch
+from helpers.data import CORPORA, TINY_SHAKESPEARE_SHA256, CharVocab, get_batch
 from helpers.reference.transformer_lm import Config, TransformerLM
 from helpers.training import (
     LOG_COLUMNS,
     CheckpointError,
     TrainConfig,
+    checkpoint_name,
     configure_optimizer,
+    course_checkpoint_path,
     estimate_loss,
     learning_rate,
     load_checkpoint,
@@ -250,3 +252,32 @@ def test_bad_checkpoints_give_clear_errors(tiny, tmp_path):
         load_checkpoint(tmp_path / "newer.pt")
     with pytest.raises(TypeError, match=r"extra\['when'\]"):
         save_checkpoint(tmp_path / "bad.pt", model, config, vocab, extra={"when": Opaque()})
+
+
+def test_each_text_has_its_own_checkpoint_file(tmp_path, monkeypatch):
+    """Both texts have 65 characters: a model of one would load for the other and read every id as
+    the wrong character. The cache keeps one file per text; an explicit path is taken as it is."""
+    names = {corpus.name: checkpoint_name(corpus.name) for corpus in CORPORA.values()}
+    assert names[CORPORA[TINY_SHAKESPEARE_SHA256].name] == "shakespeare-char.pt"
+    assert len(set(names.values())) == len(CORPORA), names
+    assert checkpoint_name("an unchecked text") not in names.values()
+
+    monkeypatch.delenv("TRANSFORMER_COURSE_CHECKPOINT", raising=False)
+    monkeypatch.delenv("TRANSFORMER_COURSE_DATA", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "transformer-course"
+    for corpus in CORPORA.values():
+        assert course_checkpoint_path(corpus.name) == folder / checkpoint_name(corpus.name)
+    assert course_checkpoint_path() == folder / "shakespeare-char.pt"  # no text yet: Tiny Shakespeare's
+
+    plays = next(c for c in CORPORA.values() if c.sha256 != TINY_SHAKESPEARE_SHA256)
+    text_file = tmp_path / "plays-elsewhere.txt"
+    text_file.write_text("not the plays")
+    monkeypatch.setenv("TRANSFORMER_COURSE_DATA", str(text_file))
+    assert course_checkpoint_path() == folder / "shakespeare-char.pt"  # a file that fails its check: no text
+    monkeypatch.setattr("helpers.training.corpus_name", lambda path: plays.name)
+    monkeypatch.setattr("helpers.training.tiny_shakespeare_path", lambda **kwargs: text_file)
+    assert course_checkpoint_path() == folder / checkpoint_name(plays.name)  # the text read now decides
+
+    monkeypatch.setenv("TRANSFORMER_COURSE_CHECKPOINT", str(tmp_path / "mine.pt"))
+    assert course_checkpoint_path(plays.name) == tmp_path / "mine.pt"
