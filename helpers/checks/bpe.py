@@ -14,6 +14,7 @@ from collections import Counter
 from helpers.checks.bpe_known import known_helpers, merge_known, pairs_known, train_known
 from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.errors import caught, raise_caught
+from helpers.checks.looping import Looping, bounded
 from helpers.reference import gpt2
 
 
@@ -41,8 +42,6 @@ def _probe(cases, call, label):
     def probe(function) -> dict:
         expect_callable(function, label)
         runs = []
-        from helpers.checks.bpe_text import Looping, bounded  # (that module imports this one)
-
         with known_helpers(function):
             for case in cases:
                 try:

@@ -1,73 +1,15 @@
 """Checks for lesson 10's byte-level BPE, continued: encode(text, merges) and decode(ids, vocab).
 
 The probes and judges (known-good count_pairs and merge swapped in, the mistake that explains
-every output named, else a reading of the wrong output) are in ``helpers.checks.bpe``; this module
-adds what the probes use to run the student's code: a bound on the lines it runs (a loop that
-never ends becomes a clear failure, not a timeout).
+every output named, else a reading of the wrong output) are in ``helpers.checks.bpe``; the bound
+on the lines the student's code runs is ``helpers.checks.looping``.
 """
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
-
 from helpers.checks.bpe import _plain, make_checks, parting, reference
 from helpers.checks.bpe_known import merge_known, pairs_known, train_known
 from helpers.reference import gpt2
-
-# ---------------------------------------------------------------------------------------------
-# Running the student's function: a loop that does not end, an error explained with its values
-
-
-class Looping(Exception):
-    """Raised into the student's code when it has run far more steps than any answer needs."""
-
-    def text(self) -> str:
-        """What the loop held halfway and at the end, in words."""
-        steps, half, end, name = self.args
-        same = [k for k, v in end.items() if half.get(k) == v]
-        text = f"after {steps:,} lines of your code had run, {name} was still in its loop: the loop does not end."
-        if same:
-            held = "; ".join(f"{k} = {end[k]!r}"[:120] for k in same[:3])
-            text += (f" At line {steps // 2:,} and at line {steps:,} it held the same {held}: nothing in the loop "
-                     "changes them, so every round repeats the same step. The loop must move on: advance the "
-                     "index, or store each step's result back (ids = merge(ids, pair, new_id)).")
-        return text
-
-
-@contextmanager
-def bounded(function, steps=100_000):
-    """While active, the student's code (``function``'s file) that runs ``steps`` lines raises
-    ``Looping``, with what its int-list locals held halfway and at the end (a loop that makes
-    no progress shows the same list twice)."""
-    code = getattr(function, "__code__", None)
-    filename, count, seen = getattr(code, "co_filename", None), [0], {}
-
-    def lists(frame):
-        found = {k: v for k, v in frame.f_locals.items() if type(v) is int}
-        return found | {k: list(v) for k, v in frame.f_locals.items() if isinstance(v, (list, bytes)) and len(v) < 500}
-
-    def outer(frame):  # a comprehension runs in a frame of its own: look at the function around it
-        while frame.f_code.co_name.startswith("<") and frame.f_back and frame.f_back.f_code.co_filename == filename:
-            frame = frame.f_back
-        return frame
-
-    def local(frame, event, arg):
-        if event == "line":
-            count[0] += 1
-            if count[0] == steps // 2:
-                seen["half"] = lists(outer(frame))
-            elif count[0] >= steps:
-                raise Looping(steps, seen.get("half", {}), lists(outer(frame)), outer(frame).f_code.co_name)
-        return local
-
-    saved = sys.gettrace()
-    sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename == filename else None)
-    try:
-        yield
-    finally:
-        sys.settrace(saved)
-
 
 # ---------------------------------------------------------------------------------------------
 # encode(text, merges) and decode(ids, vocab)

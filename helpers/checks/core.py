@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import math
 import random
-import re
 import threading
 import traceback
 from collections.abc import Sequence
@@ -30,6 +29,9 @@ from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from helpers.checks.diagnose import explain_exception
+from helpers.checks.evidence import Unsupported, close, describe, first_mismatch
 
 __all__ = [
     "Check",
@@ -153,8 +155,6 @@ def _plain_error(exc: BaseException) -> str:
 def _explain_error(exc: BaseException, sizes: dict[str, int] | None) -> str:
     """``explain_exception``'s text, or the plain "TypeName: message" should anything go wrong."""
     try:
-        from helpers.checks.diagnose import explain_exception
-
         return explain_exception(exc, sizes=sizes)
     except Exception:  # noqa: BLE001
         return _plain_error(exc)
@@ -332,16 +332,6 @@ def encode(value: Any) -> Any:
     return {"__unsupported__": kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"}
 
 
-class Unsupported:
-    """Stands for a value the probe could not turn into data (the judge says what it was)."""
-
-    def __init__(self, what: str):
-        self.what = what
-
-    def __repr__(self) -> str:
-        return f"<{self.what}>"
-
-
 def decode(value: Any, _budget: list[int] | None = None) -> Any:
     """Rebuild probe data from JSON values, checking every field (the data is untrusted)."""
     budget = [MAX_ELEMENTS] if _budget is None else _budget
@@ -372,28 +362,6 @@ def decode(value: Any, _budget: list[int] | None = None) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise ValueError(f"unexpected {type(value).__name__} in probe data")
-
-
-# --------------------------------------------------------------------------------------------
-# Evidence for messages.
-
-
-def describe(value: Any) -> str:
-    """A short description of what a student's function returned."""
-    if isinstance(value, torch.Tensor):
-        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
-    if isinstance(value, Unsupported):
-        numpy = (" (a NumPy value: return a Python number, int(...) or float(...), or a tensor, "
-                 "torch.from_numpy(...))" if value.what.startswith("numpy.") else "")
-        return f"a {value.what}{numpy}"
-    if isinstance(value, (list, tuple)):  # a tuple arrives from the probe as a list
-        items = ", ".join(describe(v) for v in value[:3]) + (", …" if len(value) > 3 else "")
-        pair = (len(value) == 2 and all(isinstance(v, torch.Tensor) for v in value) and value[1].dtype == torch.int64
-                and value[0].shape == value[1].shape)
-        return (f"a tuple or list of {len(value)} items ({items})"[:300]
-                + (" — torch.max, torch.min, torch.sort and torch.topk with dim= return a (values, indices) pair: "
-                   "take .values or .indices (or use argmax)" if pair else ""))
-    return re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(value).__name__} {value!r}")[:200]  # no address: same every run
 
 
 INCOMPLETE = "the check's data is incomplete"
@@ -448,32 +416,6 @@ def expect_tensor(value: Any, shape: tuple[int, ...], what: str) -> torch.Tensor
     if tuple(value.shape) != tuple(shape):
         raise CheckFailed(f"{what} should return shape {tuple(shape)}, got {tuple(value.shape)}.")
     return value
-
-
-def first_mismatch(expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> str:
-    """Where and by how much two same-shaped tensors first differ (for a failure message)."""
-    exp, act = expected.double(), got.double()
-    close = torch.isclose(act, exp, atol=atol, rtol=rtol, equal_nan=True)
-    bad = (~close).nonzero()
-    if len(bad) == 0:
-        return "no mismatch"
-    index = tuple(int(i) for i in bad[0])
-    finite = torch.isfinite(exp) & torch.isfinite(act)
-    diff = (exp - act).abs()[finite]
-    worst = f"; largest difference {diff.max().item():.3g}" if diff.numel() and diff.max() > 0 else ""
-    e, a = exp[index].item(), act[index].item()
-    digits = 6 if f"{e:.6g}" != f"{a:.6g}" else 12
-    return (
-        f"{len(bad)} of {exp.numel()} entries differ; first at index {index}: "
-        f"expected {e:.{digits}g}, got {a:.{digits}g}{worst}"
-    )
-
-
-def close(expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> bool:
-    """``allclose`` in float64 that treats matching infinities and NaNs as equal."""
-    return bool(
-        torch.isclose(got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=True).all()
-    )
 
 
 def identify(got: torch.Tensor, variants: dict[str, torch.Tensor], atol: float, rtol: float):

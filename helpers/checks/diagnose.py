@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from helpers.checks.core import close, describe, first_mismatch
+from helpers.checks.evidence import close, describe, first_mismatch
 
 __all__ = [
     "CAUSE_HINTS",
