@@ -328,7 +328,7 @@ def grade_class(
               file=sys.stderr)
     store(out, assignments, results, attention, not_graded)
     write_submission_rows(out, elsewhere)
-    frame = rebuild(out, submitted)
+    frame = rebuild(out, submitted, root)
     write_jobs(out, rows)
     if gradebook:
         from autograder.gradebook import write_gradebook

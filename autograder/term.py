@@ -4,7 +4,7 @@ An instructor grades week by week into one ``--out`` folder. Each run keeps the 
 assignments it graded in ``results/<assignment>.json`` (every notebook's result, and the rows of
 ``needs_attention.csv`` that belong to that assignment); a later run replaces only the files of the
 assignments it grades. Every report (``grades.csv``, ``totals.csv``, ``pass_rates.csv``,
-``wide_*.csv``, ``scores.png``, ``needs_attention.csv``, ``feedback/``) is then rebuilt from all
+``wide_*.csv``, ``scores.png``, ``needs_attention.csv``, ``feedback/``, ``misconceptions.*``) is then rebuilt from all
 of them, so it covers every assignment graded into the folder so far. ``results/_submissions.json``
 holds what the last run found in the submissions folder that belongs to no graded assignment (a
 folder that is no assignment, an assignment not released, a student not on the roster).
@@ -33,10 +33,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from autograder.course import CourseError, Lesson
+from autograder.course import CourseError, Lesson, find_course_root
 from autograder.executors import notebook_result
 from autograder.grading import NotebookResult
 from autograder.intake import handed_in
+from autograder.misconceptions import write_misconceptions
 from autograder.reports import NOT_GRADED, attention_row, not_graded_row, write_reports
 
 RESULTS = "results"
@@ -288,8 +289,9 @@ def adopt_earlier(out: Path, cache: Path, known: list[str], skip: set[str]) -> l
     return sorted(found)
 
 
-def rebuild(out: Path, sources) -> pd.DataFrame:
-    """Every report of ``out``, from all its records; returns the long gradebook of the term."""
+def rebuild(out: Path, sources, root: Path | None = None) -> pd.DataFrame:
+    """Every report of ``out``, from all its records; returns the long gradebook of the term.
+    ``root``: the course (the misconceptions page links to its lessons), found when not given."""
     results: list[NotebookResult] = []
     rows: list[dict] = []
     folder = out / RESULTS
@@ -301,7 +303,14 @@ def rebuild(out: Path, sources) -> pd.DataFrame:
         rows += data["attention"]
     rows += submission_rows(out)
     results.sort(key=lambda r: (r.assignment, r.student))
-    return write_reports(results, out, sources, rows)
+    frame = write_reports(results, out, sources, rows)
+    if root is None:
+        try:
+            root = find_course_root()
+        except CourseError:
+            root = None  # the misconceptions page without links to the lessons
+    write_misconceptions(results, out, root)
+    return frame
 
 
 def attention_counts(out: Path, statuses) -> str:

@@ -114,7 +114,8 @@ def test_merged_shards_equal_one_run_and_every_bad_merge_is_refused(tmp_path, ca
     one, merged = report_digest(tmp_path / "one"), report_digest(tmp_path / "merged")
     assert {"grades.csv", "totals.csv", "pass_rates.csv", "needs_attention.csv", "scores.png", MANIFEST,
             "wide_01-tokens-and-embeddings.csv", "wide_03-self-attention.csv",
-            "feedback/max-not-a-notebook.html", "feedback/noa-nothing-submitted.html"} <= set(one)
+            "feedback/max-not-a-notebook.html", "feedback/noa-nothing-submitted.html",
+            "misconceptions.csv", "misconceptions.png", "misconceptions.html"} <= set(one)
     assert merged == one
     assert cached_results(tmp_path / "merged") == cached_results(tmp_path / "one")
 
