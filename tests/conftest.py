@@ -1,6 +1,8 @@
 """Settings for the whole test suite, and the real browser the browser tests drive."""
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 from chromium import CHROMIUM, CHROMIUM_ARGS, missing
@@ -22,21 +24,47 @@ def pytest_generate_tests(metafunc):
     generate_catalogue_tests(metafunc)  # one test per entry of a lesson's catalogue (tests/harness.py)
 
 
-# The longest test files run first, longest to shortest (minutes, then tens of seconds, on 2
-# cores); the quick ones fill in at the end. The test command (`-n auto --dist loadfile`) hands
-# whole files to the workers in this order, so the run does not end with one worker busy on a long
-# file while the other waits. Only the order changes.
-LONGEST_FIRST = ("test_lesson08.py", "test_lesson07.py", "test_lesson09.py", "test_grading.py",
-                 "test_notebooks.py", "test_lesson10.py", "test_book.py", "test_lesson06.py",
-                 "test_lesson04.py", "test_lesson03.py", "test_lesson05.py", "test_lesson02.py",
-                 "test_lesson01.py", "test_adversarial.py", "test_labs_browser.py", "test_roundtrip.py",
-                 "test_stuck_cells.py", "test_browser.py", "test_contributing.py", "test_shards.py",
-                 "test_dask.py", "test_selfcheck_kernel.py", "test_limits.py")
+# The longest test files run first, longest to shortest; the quick ones fill in at the end. The
+# test command (`-n auto --dist loadfile`) hands whole files to the workers in this order, so the
+# run does not end with one worker busy on a long file while the other waits. Only the order
+# changes. The order comes from tests/durations.json, each file's seconds in a whole run, written
+# by a run with TRANSFORMER_COURSE_RECORD_DURATIONS=1; a file not in it yet (a new lesson's tests)
+# counts as the longest and runs first.
+DURATIONS = Path(__file__).with_name("durations.json")
+RECORD_DURATIONS = "TRANSFORMER_COURSE_RECORD_DURATIONS"
+
+
+def measured_durations() -> dict[str, float]:
+    try:
+        data = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def schedule_key(name: str, durations: dict[str, float]) -> float:
+    """Sort key of a test file: longest first, unknown files before all."""
+    return -durations.get(name, float("inf"))
 
 
 def pytest_collection_modifyitems(items):
-    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    durations = measured_durations()
+    items.sort(key=lambda item: schedule_key(item.path.name, durations))  # stable: a file's tests keep their order
+
+
+_spent: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get(RECORD_DURATIONS) == "1":
+        name = report.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        _spent[name] = _spent.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get(RECORD_DURATIONS) == "1" and _spent and not hasattr(session.config, "workerinput"):
+        DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_spent.items())}, indent=1) + "\n",
+                             encoding="utf-8")
 
 
 @pytest.fixture(scope="session")

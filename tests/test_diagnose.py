@@ -623,9 +623,13 @@ def test_library_frames_are_not_the_students():
 # --- Check: the error path --------------------------------------------------------------------
 
 
+def _probe_head(cls) -> dict:
+    with dg.case_sizes(SIZES):  # the probe names its case's sizes, as the lessons' probes do
+        return {"out": cls(5, 3).double()(X)}
+
+
 def test_check_in_a_notebook_turns_an_error_into_its_explanation(cell):
-    check = Check("check_toy_diagnose_head", lambda cls: {"out": cls(5, 3).double()(X)}, lambda d: "ok",
-                  sizes=SIZES)
+    check = Check("check_toy_diagnose_head", _probe_head, lambda d: "ok")
     with pytest.raises(CheckFailed) as failed:
         check(cell["Head"])
     assert "`q = self.query(x)`" in str(failed.value) and "(B, T, C)" in str(failed.value)
@@ -633,8 +637,7 @@ def test_check_in_a_notebook_turns_an_error_into_its_explanation(cell):
 
 
 def test_check_record_keeps_the_first_line_and_adds_the_explanation(cell):
-    check = Check("check_toy_diagnose_record", lambda cls: {"out": cls(5, 3).double()(X)}, lambda d: "ok",
-                  sizes=SIZES)
+    check = Check("check_toy_diagnose_record", _probe_head, lambda d: "ok")
     record = check.record(cell["Head"])
     first, *rest = record["error"].splitlines()
     assert first == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (12x7 and 5x3)"

@@ -343,3 +343,17 @@ def test_readme_dask_pool_commands_exist_and_name_what_workers_need():
     assert "salt" in Limits.__dataclass_fields__
     assert '"limits": dataclasses.asdict(limits_for(' in (ROOT / "autograder" / "dask_executor.py").read_text()
     assert "secret" in part
+
+
+def test_readme_says_the_childs_whole_environment():
+    """The threat model lists every variable a graded notebook's process sees: the child's own."""
+    from autograder.child import KEEP_ENV
+
+    text = " ".join(readme().split())
+    model = text[text.index("### Threat model"):]
+    stated = model[: model.index("A notebook that loops forever")]
+    child = (ROOT / "autograder" / "child.py").read_text(encoding="utf-8")
+    set_there = set(KEEP_ENV) | set(re.findall(r"\b([A-Z][A-Z_]+)=", child.split("os.environ.clear()", 1)[1][:400]))
+    set_there |= set(re.findall(r'os\.environ\["([A-Z_]+)"\]', child))
+    for name in set_there:
+        assert f"`{name}" in stated, f"README's threat model does not name {name}, which the child sets"

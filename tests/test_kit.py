@@ -360,3 +360,17 @@ def test_in_a_kernel_a_verdict_and_a_blank_exercise_take_one_line_each(capsys):
     shell.run_cell("def apply_mask(scores):\n    return scores\n")  # written: what waited for it is told normally
     shell.run_cell("print(masked)")
     assert len(shown[-1][1]) > 1
+
+
+def test_the_lesson_check_table_is_what_each_notebook_imports():
+    import re
+    from pathlib import Path
+
+    from helpers.checks import LESSON_CHECKS
+
+    root = Path(__file__).resolve().parents[1]
+    imported = {}
+    for notebook in sorted(root.glob("solutions/*/*.ipynb")):
+        text = notebook.read_text(encoding="utf-8")
+        imported[notebook.parent.name] = tuple(sorted(set(re.findall(r"from helpers\.checks\.([a-z0-9_]+) import", text))))
+    assert imported == {k: tuple(sorted(v)) for k, v in LESSON_CHECKS.items()}

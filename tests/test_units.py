@@ -1,7 +1,9 @@
 """Fast unit tests of the grader's delicate pure parts, on a five-cell toy lesson and hand-written
 records: reading a lesson, building the program, decoding with budgets, judging, finding leaks.
 
-Nothing here starts a process or runs a notebook; the whole file runs in about a second.
+No notebook runs here. One test per lesson starts a Python process (a check module imported the
+way the grader's child imports it, torch included: a few seconds each); every other test runs in
+this process, in well under a second.
 """
 
 from __future__ import annotations
@@ -431,3 +433,11 @@ def test_feedback_carries_no_memory_address():
     loss = (torch.ones(2, requires_grad=True) * 2).sum()
     assert "0x" not in describe(loss.grad_fn) and "SumBackward0" in describe(loss.grad_fn)
     assert without_addresses("got <NllLossBackward0 object at 0x7f3a2b1c> instead") == "got <NllLossBackward0 object> instead"
+
+
+def test_the_test_schedule_runs_unmeasured_files_first_then_the_longest():
+    from conftest import schedule_key
+
+    durations = {"test_long.py": 300.0, "test_short.py": 2.0}
+    files = ["test_short.py", "test_new_lesson.py", "test_long.py"]
+    assert sorted(files, key=lambda f: schedule_key(f, durations)) == ["test_new_lesson.py", "test_long.py", "test_short.py"]

@@ -24,7 +24,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -78,10 +78,8 @@ class Check:
     probe: Callable[[Any], dict]
     judge: Callable[[dict], str]
     hidden: bool = False
-    #: the sizes of the check's inputs by legend letter ({"B": 2, "T": 6, ...}), used to name the
-    #: dimensions of the tensors in an error the student's code raises (a probe that runs several
-    #: cases says each case's own with ``helpers.checks.diagnose.case_sizes``)
-    sizes: dict[str, int] | None = field(default=None, hash=False, compare=False)
+    # (the sizes that name the dimensions in an error the student's code raises are set by the
+    # probe, case by case, with ``helpers.checks.diagnose.case_sizes``)
 
     def __post_init__(self):
         known = REGISTRY.get(self.name)
@@ -98,7 +96,7 @@ class Check:
                 data = decode(encode(self.probe(student_object)))
             except NotImplementedError as exc:
                 if not _unanswered(exc):  # raised inside PyTorch: an error like any other
-                    raise CheckFailed(_explain_error(exc, self.sizes)) from exc
+                    raise CheckFailed(_explain_error(exc)) from exc
                 what = getattr(student_object, "__name__", "your answer")
                 raise CheckFailed(
                     f"{what} is not written yet: it still raises NotImplementedError. Replace the "
@@ -107,7 +105,7 @@ class Check:
             except CheckFailed:
                 raise
             except Exception as exc:  # the student's code raised: say where, and what it means
-                raise CheckFailed(_explain_error(exc, self.sizes)) from exc
+                raise CheckFailed(_explain_error(exc)) from exc
             summary = self.judge(data)
         print(f"\N{CHECK MARK} {summary}")
         return None
@@ -123,7 +121,7 @@ class Check:
             # code is data here, an exit() or an interrupt included (a timeout's own exception goes on)
             plain = _plain_error(exc)
             not_implemented = isinstance(exc, NotImplementedError) and _unanswered(exc)
-            explained = plain if not_implemented else _explain_error(exc, self.sizes)
+            explained = plain if not_implemented else _explain_error(exc)
             error = plain[:2000]
             if explained != plain:  # the first line stays "TypeName: message", then what it means
                 body = explained.rsplit("\n", 1)[0]
@@ -152,10 +150,10 @@ def _plain_error(exc: BaseException) -> str:
         return type(exc).__name__
 
 
-def _explain_error(exc: BaseException, sizes: dict[str, int] | None) -> str:
+def _explain_error(exc: BaseException) -> str:
     """``explain_exception``'s text, or the plain "TypeName: message" should anything go wrong."""
     try:
-        return explain_exception(exc, sizes=sizes)
+        return explain_exception(exc)
     except Exception:  # noqa: BLE001
         return _plain_error(exc)
 
