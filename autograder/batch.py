@@ -14,10 +14,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder.course import CourseError, Lesson, lessons
-from autograder.executors import Job, Timing, check_executor, make_executor, notebook_result
+from autograder.course import CourseError, Lesson, course_fingerprint, lessons
+from autograder.executors import check_executor, make_executor
 from autograder.grading import NotebookResult
 from autograder.intake import Intake
+from autograder.jobs import Job, Timing, notebook_result
 from autograder.reports import not_graded_row
 from autograder.runner import LessonLimits, Limits, limits_data, limits_for
 from autograder.sandbox import resolve_mode
@@ -39,20 +40,6 @@ MANIFEST_FORMAT = 1
 SHARD_RULE = "sha256(student_id) mod N"
 JOBS = "jobs.csv"
 JOB_COLUMNS = ["student", "assignment", "worker", "queued_at", "started_at", "finished_at", "wall_s"]
-
-
-def course_fingerprint(root: Path) -> str:
-    """Changes whenever anything that decides a grade changes: lessons, checks, references, grader."""
-    digest = hashlib.sha256()
-    files = sorted((root / "solutions").rglob("*.ipynb"))
-    for package in ("helpers", "autograder"):
-        files += sorted((root / package).rglob("*.py"))
-    for path in files:
-        if ".ipynb_checkpoints" in path.parts:
-            continue
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 SECRET_FILE = ".grading-secret"

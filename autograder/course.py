@@ -9,6 +9,7 @@ exercise's id and a dash: ``causal-mask`` is tested by ``causal-mask-check`` (vi
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -38,6 +39,20 @@ def find_course_root(start: Path | None = None) -> Path:
         "cannot find the course: no solutions/ folder here or above; run inside the course "
         "checkout or set TRANSFORMER_COURSE_ROOT"
     )
+
+
+def course_fingerprint(root: Path) -> str:
+    """Changes whenever anything that decides a grade changes: lessons, checks, references, grader."""
+    digest = hashlib.sha256()
+    files = sorted((root / SOLUTIONS).rglob("*.ipynb"))
+    for package in ("helpers", "autograder"):
+        files += sorted((root / package).rglob("*.py"))
+    for path in files:
+        if ".ipynb_checkpoints" in path.parts:
+            continue
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def cell_source(cell: dict) -> str:

@@ -10,11 +10,12 @@ order they finish:
 
 ``dask://HOST:PORT``
     a running Dask ``distributed`` scheduler (``autograder.dask_executor``, optional extra ``dask``).
+
+What both share (a job, its timing, the isolation of each lesson) is in ``autograder.jobs``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import socket
 import tempfile
@@ -22,62 +23,14 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.course import CourseError, Lesson
-from autograder.grading import ExerciseResult, NotebookResult, TestResult, grade_notebook
+from autograder.grading import NotebookResult, grade_notebook
+from autograder.jobs import Job, Timing, lesson_isolations
 from autograder.runner import Limits, limits_for, shutdown_servers
-from autograder.sandbox import Isolation, isolation
 
 DASK_SCHEME = "dask://"
-
-
-@dataclass
-class Job:
-    """One notebook to grade: ``path`` None means the student handed nothing in."""
-
-    student: str
-    lesson: Lesson
-    path: Path | None
-
-
-@dataclass
-class Timing:
-    """When and where one job ran: a row of ``jobs.csv`` (times are Unix seconds)."""
-
-    student: str
-    assignment: str
-    worker: str
-    queued_at: float | None = None  # handed to the executor (the grading machine's clock)
-    started_at: float | None = None  # began on its worker (the worker's clock)
-    finished_at: float | None = None
-
-
-def notebook_result(data: dict) -> NotebookResult:
-    """A ``NotebookResult`` from its plain-data form (``dataclasses.asdict``)."""
-    data = dict(data)
-    exercises = [
-        ExerciseResult(**{**e, "tests": [TestResult(**t) for t in e["tests"]]}) for e in data.pop("exercises")
-    ]
-    return NotebookResult(**data, exercises=exercises)
-
-
-def lesson_isolations(
-    mode: str, root: Path, base: Path, course: list[Lesson], chosen: list[Lesson], private: list[Path], tag: str
-) -> dict[str, Isolation]:
-    """The isolation of each chosen lesson: its own reference module and later ones hidden.
-
-    ``tag`` makes the isolation keys (which group fork servers) private to one executor, so
-    closing it never stops the servers of another run in the same process."""
-    order = [lesson.assignment for lesson in course]
-    found = {}
-    for lesson in chosen:
-        later = course[order.index(lesson.assignment):]
-        hidden = [m for m in (le.meta.get("reference_module") for le in later) if m]
-        iso = isolation(mode, root, base, hidden, private)
-        found[lesson.assignment] = dataclasses.replace(iso, key=f"{iso.key}@{tag}")
-    return found
 
 
 class LocalExecutor:
@@ -125,20 +78,21 @@ def check_executor(spec: str) -> str:
     raise CourseError(f"--executor takes `local` or `dask://HOST:PORT` (a Dask scheduler), not {spec!r}")
 
 
+def scheduler_address(spec: str) -> str:
+    """``dask://HOST:PORT`` -> ``tcp://HOST:PORT`` (another scheme given after ``dask://`` is kept)."""
+    rest = check_executor(spec)[len(DASK_SCHEME):].strip("/")
+    return rest if "://" in rest else f"tcp://{rest}"
+
+
 def make_executor(spec, root: Path, course: list[Lesson], chosen: list[Lesson], mode: str, private: list[Path],
                   jobs: int, fingerprint: str):
     """The executor ``spec`` names; a ``distributed.Client`` is also accepted (a Dask pool)."""
-    if not isinstance(spec, str):
-        from autograder.dask_executor import DaskExecutor
-
-        return DaskExecutor(spec, root, chosen, mode, fingerprint)
-    check_executor(spec)
-    if spec == "local":
+    if isinstance(spec, str) and check_executor(spec) == "local":
         return LocalExecutor(root, course, chosen, mode, private, jobs)
     try:
-        from autograder.dask_executor import DaskExecutor
+        from autograder.dask_executor import DaskExecutor  # optional: Dask's distributed
     except ImportError as exc:
         raise CourseError(
             f"--executor {spec} needs Dask's distributed ({exc.name} is missing): pip install 'transformer-course[dask]'"
         ) from None
-    return DaskExecutor(spec, root, chosen, mode, fingerprint)
+    return DaskExecutor(scheduler_address(spec) if isinstance(spec, str) else spec, chosen, mode, fingerprint)

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from autograder.course import Lesson, lessons
-from autograder.executors import lesson_isolations
 from autograder.grading import _exit_reason, build_program
+from autograder.jobs import lesson_isolations
 from autograder.protocol import DONE
 from autograder.runner import LessonLimits, Limits, run_steps, shutdown_servers
 from autograder.sandbox import Isolation, data_problem, resolve_mode

@@ -30,14 +30,13 @@ from autograder.batch import (
     MANIFEST_FORMAT,
     _load,
     cache_name,
-    course_fingerprint,
     manifest,
     roster_digest,
     shard_of,
     write_jobs,
     write_manifest,
 )
-from autograder.course import CourseError, lessons
+from autograder.course import CourseError, course_fingerprint, lessons
 from autograder.runner import limits_from_data
 from autograder.term import (
     RESULTS,

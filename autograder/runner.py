@@ -221,6 +221,22 @@ def shutdown_servers(key: str) -> None:
         server.close()
 
 
+def start_servers(isolation: Isolation, count: int) -> int:
+    """Start fork servers of ``isolation`` in this thread until ``count`` of them are alive, and keep
+    them for later jobs; returns how many it started. A sandboxed server ends with the thread that
+    started it (bubblewrap's --die-with-parent): call this from a thread that outlives the servers."""
+    with _lock:
+        alive = sum(1 for s in _all if s.isolation.key == isolation.key and s.alive())
+    started = 0
+    for _ in range(count - alive):
+        server = ForkServer(isolation)
+        with _lock:
+            _all.append(server)
+        _release(server)
+        started += 1
+    return started
+
+
 def default_isolation() -> Isolation:
     return Isolation("none", (), tempfile.gettempdir())
 

@@ -34,9 +34,9 @@ from pathlib import Path
 import pandas as pd
 
 from autograder.course import CourseError, Lesson, find_course_root
-from autograder.executors import notebook_result
 from autograder.grading import NotebookResult
 from autograder.intake import handed_in
+from autograder.jobs import notebook_result
 from autograder.misconceptions import write_misconceptions
 from autograder.reports import NOT_GRADED, attention_row, not_graded_row, write_reports
 
