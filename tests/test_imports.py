@@ -10,15 +10,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 from harness import ROOT
 
 PACKAGES = ("autograder", "helpers")
-
-# Groups of modules still in a cycle that their owner has said they will break, each the whole
-# group (a new module joining it makes it another group, which fails). Each is a strict expected
-# failure below, so the list must shrink as they go. Any other cycle fails test_no_import_cycles.
-KNOWN_CYCLES: list[frozenset[str]] = []
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
@@ -137,13 +131,6 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
 
 
 def test_no_import_cycles():
-    found = [c for group, c in cycles(import_graph()) if group not in KNOWN_CYCLES]
+    found = [c for _, c in cycles(import_graph())]
     assert not found, "import cycles (break each one; an import inside a function does not):\n" + "\n".join(
         show(c) for c in found)
-
-
-@pytest.mark.xfail(strict=True, reason="a known cycle its owner will break: then remove it from KNOWN_CYCLES")
-@pytest.mark.parametrize("known", KNOWN_CYCLES, ids=lambda group: "-".join(sorted(group)))
-def test_known_cycle_is_broken(known):
-    still = [c for group, c in cycles(import_graph()) if group == known]
-    assert not still, show(still[0])
