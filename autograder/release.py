@@ -7,16 +7,23 @@ Two things are generated, and both are committed and checked by CI to be up to d
   implementation has one source: the solution notebook.
 * ``notebooks/<assignment>/<lesson>.ipynb``: the student release, made by nbgrader's
   ``generate_assignment``, then searched for leaked solution and hidden-test lines.
+
+nbgrader takes seconds per lesson, so ``release`` remembers, in ``.release-stamps.json`` at the
+course root (ignored by git), what each release notebook was made from: a lesson whose solution,
+nbgrader configuration and release code are unchanged and whose release is the file it wrote is
+not generated again. ``release --check`` (CI) trusts no stamp and regenerates everything.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 from autograder.course import (
@@ -24,6 +31,7 @@ from autograder.course import (
     RELEASE_BLOCKS,
     SOLUTIONS,
     CourseError,
+    Lesson,
     cell_source,
     lessons,
     without_solution_markers,
@@ -133,6 +141,53 @@ def find_leaks(root: Path, release_dir: Path) -> list[str]:
     return leaks
 
 
+STAMPS = ".release-stamps.json"
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
+
+
+def made_from(root: Path, lesson: Lesson) -> str:
+    """A digest of everything a lesson's release is made from: its solution notebook, the course's
+    nbgrader configuration, this module and nbgrader's version."""
+    config = root / "nbgrader_config.py"
+    return _digest(lesson.path.read_bytes(), config.read_bytes() if config.exists() else b"",
+                   Path(__file__).read_bytes(), version("nbgrader").encode())
+
+
+def _stamps(root: Path) -> dict:
+    try:
+        data = json.loads((root / STAMPS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def current_lessons(root: Path, target: Path) -> set[str]:
+    """The lessons whose release in ``target`` is what ``release`` wrote from their present sources."""
+    stamps, current = _stamps(root), set()
+    for lesson in lessons(root):
+        released = target / lesson.assignment / lesson.filename
+        stamp = stamps.get(lesson.assignment)
+        if (isinstance(stamp, dict) and released.exists() and stamp.get("made_from") == made_from(root, lesson)
+                and stamp.get("release") == _digest(released.read_bytes())):
+            current.add(lesson.assignment)
+    return current
+
+
+def _write_stamps(root: Path, target: Path) -> None:
+    stamps = {}
+    for lesson in lessons(root):
+        released = target / lesson.assignment / lesson.filename
+        if released.exists():
+            stamps[lesson.assignment] = {"made_from": made_from(root, lesson), "release": _digest(released.read_bytes())}
+    (root / STAMPS).write_text(json.dumps(stamps, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def release(root: Path, out_dir: Path | None = None, write_reference: bool = True) -> list[str]:
     """Regenerate references and the release; returns a line per changed file. Raises on a leak.
 
@@ -140,10 +195,15 @@ def release(root: Path, out_dir: Path | None = None, write_reference: bool = Tru
     release into a temporary ``out_dir`` and compares; it must change nothing in the course)."""
     changed = [f"wrote {p}" for p in write_references(root)] if write_reference else []
     target = out_dir or root / RELEASE
+    current = current_lessons(root, target) if out_dir is None else set()  # a check trusts no stamp
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "release"
         staged.mkdir()
-        generate_release(root, staged)
+        todo = [lesson.assignment for lesson in lessons(root) if lesson.assignment not in current]
+        if todo:
+            generate_release(root, staged, only=todo)
+        for assignment in current:  # the leak search and the copy below see every lesson
+            shutil.copytree(target / assignment, staged / assignment)
         leaks = find_leaks(root, staged)
         if leaks:
             raise CourseError("refusing to release: solution lines would leak\n  " + "\n  ".join(leaks))
@@ -160,6 +220,8 @@ def release(root: Path, out_dir: Path | None = None, write_reference: bool = Tru
         for stale in sorted(p for p in target.iterdir() if p.is_dir() and p.name not in known) if target.exists() else []:
             shutil.rmtree(stale)
             changed.append(f"removed {stale}")
+    if out_dir is None:
+        _write_stamps(root, target)
     return changed
 
 

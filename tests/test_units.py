@@ -3,7 +3,7 @@ records: reading a lesson, building the program, decoding with budgets, judging,
 
 No notebook runs here. One test per lesson starts a Python process (a check module imported the
 way the grader's child imports it, torch included: a few seconds each); every other test runs in
-this process, in well under a second.
+this process, most in well under a second.
 """
 
 from __future__ import annotations
@@ -441,3 +441,30 @@ def test_the_test_schedule_runs_unmeasured_files_first_then_the_longest():
     durations = {"test_long.py": 300.0, "test_short.py": 2.0}
     files = ["test_short.py", "test_new_lesson.py", "test_long.py"]
     assert sorted(files, key=lambda f: schedule_key(f, durations)) == ["test_new_lesson.py", "test_long.py", "test_short.py"]
+
+
+def test_release_regenerates_only_what_changed_since_it_wrote_it(tmp_path):
+    """``release`` skips nbgrader for a lesson whose sources and release are what it stamped."""
+    import shutil
+
+    from autograder.release import _write_stamps, current_lessons
+
+    root = Path(__file__).resolve().parents[1]
+    course = tmp_path / "course"
+    for lesson in ("01-tokens-and-embeddings", "03-self-attention"):
+        shutil.copytree(root / "solutions" / lesson, course / "solutions" / lesson)
+        shutil.copytree(root / "notebooks" / lesson, course / "notebooks" / lesson)
+    shutil.copy(root / "nbgrader_config.py", course / "nbgrader_config.py")
+    target = course / "notebooks"
+    assert current_lessons(course, target) == set()  # nothing stamped yet: everything is made
+    _write_stamps(course, target)
+    assert current_lessons(course, target) == {"01-tokens-and-embeddings", "03-self-attention"}
+
+    solution = course / "solutions" / "01-tokens-and-embeddings" / "01-tokens-and-embeddings.ipynb"
+    solution.write_text(solution.read_text(encoding="utf-8").replace("Tokens", "Tokens!", 1), encoding="utf-8")
+    released = target / "03-self-attention" / "03-self-attention.ipynb"
+    released.write_text(released.read_text(encoding="utf-8") + " ", encoding="utf-8")  # edited by hand
+    assert current_lessons(course, target) == set()
+    (course / "nbgrader_config.py").write_text("c = get_config()\n", encoding="utf-8")
+    _write_stamps(course, target)
+    assert current_lessons(course, target) == {"01-tokens-and-embeddings", "03-self-attention"}
