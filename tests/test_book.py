@@ -9,7 +9,9 @@ from urllib.parse import urlsplit
 import pytest
 from lesson_runs import NO_NETWORK
 
-from autograder.book import book_notebook, build_book, write_source
+from autograder.book import build_book
+from autograder.book_pages import book_notebook
+from autograder.book_source import write_source
 from autograder.course import HIDDEN_BEGIN, CourseError, cell_source, lessons, nbgrader_meta
 from autograder.course import RELEASE_BLOCKS as BLOCKS
 from autograder.course import SOLUTION_MARKER as MARKER
