@@ -204,7 +204,7 @@ class CourseService:
         return {"result": dataclasses.asdict(result), "worker": self.address,
                 "started_at": started, "finished_at": time.time()}
 
-    def close(self, wait: float = 30) -> None:
+    def close(self, wait: float = 10) -> None:
         """Stop the fork servers and remove the worker's grading folder (the service's thread does it)."""
         self._requests.put(None)
         if self._thread is not threading.current_thread():
@@ -286,10 +286,11 @@ def dask_setup(worker) -> None:
 
 
 def dask_teardown(worker) -> None:
+    """The worker is closing: its service's thread stops the servers (the event loop does not wait)."""
     with _services_lock:
         service = _services.pop(worker.address, None)
     if service is not None:
-        service.close()
+        service.close(wait=0)
 
 
 async def _admit(run: dict, dask_worker) -> str:
