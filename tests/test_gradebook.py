@@ -24,14 +24,10 @@ from nbgrader.nbgraderformat import MetadataValidator
 from autograder import grading
 from autograder.catalogue import with_answers
 from autograder.course import RELEASE, lessons
-from autograder.gradebook import (
-    COURSE_ID,
-    DROPPED,
-    META_KEY,
-    notebook_digest,
-    read_timestamp,
-    write_gradebook,
-)
+from autograder.gradebook import write_gradebook
+from autograder.gradebook_inputs import COURSE_ID, notebook_digest, read_timestamp
+from autograder.gradebook_notebook import META_KEY
+from autograder.gradebook_rows import DROPPED
 from autograder.grading import ExerciseResult, NotebookResult
 
 ROOT = Path(__file__).resolve().parents[1]
