@@ -308,15 +308,13 @@ def cmd_check(args) -> int:
 def cmd_lab(args) -> int:
     from autograder.environment import tool_env
     from autograder.lab import (
-        choose_exchange,
-        configured_exchange,
         environment_app_settings_dir,
         lab_plan,
-        resolve_workspace,
-        sync_workspace,
         write_app_settings,
         write_student_config,
     )
+    from autograder.lab_exchange import choose_exchange, configured_exchange
+    from autograder.lab_workspace import resolve_workspace, sync_workspace
 
     root = find_course_root()
     jupyter = shutil.which("jupyter", path=tool_env()["PATH"])

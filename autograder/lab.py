@@ -19,28 +19,25 @@ still first. The student's Assignments list uses nbgrader's exchange where one e
 does (a reader working alone), an empty one of the workspace's, so the list is empty, not an error.
 
 Everything here is a pure function of its arguments (paths, environment) except what writes
-files (:func:`sync_workspace`, :func:`write_student_config`, :func:`write_app_settings`) and what
-reads Jupyter's and nbgrader's installed config (:func:`configured_exchange`,
-:func:`environment_app_settings_dir`); ``cli.cmd_lab`` runs the command they describe.
+files (:func:`write_student_config`, :func:`write_app_settings`, and the workspace's
+``lab_workspace.sync_workspace``) and what reads Jupyter's and nbgrader's installed config
+(``lab_exchange.configured_exchange``, :func:`environment_app_settings_dir`); ``cli.cmd_lab`` runs
+the command they describe.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.course import RELEASE, SOLUTIONS, CourseError
 from autograder.environment import tool_env
+from autograder.lab_exchange import Exchange
+from autograder.lab_workspace import CONFIG
 
-WORKSPACE = "work"
-MANIFEST = ".transformer-course-sync.json"  # in the workspace: what was copied from which release
-CONFIG = ".jupyter-course"  # in the workspace: the student lab's Jupyter config (hidden in the lab)
 APP_SETTINGS = "lab/settings"  # in a CONFIG folder: the JupyterLab app settings dir of either lab
-LOCAL_EXCHANGE = "exchange"  # in the workspace's CONFIG folder: the empty exchange of a lab without a class
 COURSE_OVERRIDES_FILE = "00-transformer-course.json"  # in APP_SETTINGS/overrides.d: first in name order
 #: JupyterLab settings defaults of both labs (the user's own settings still win): no "Would you like
 #: to receive official Jupyter news?" pop-up, no news fetched from the internet
@@ -62,116 +59,6 @@ INSTRUCTOR_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader", "nbgrad
 #: the course's own server extension of the instructor's lab: Formgrader reads the gradebook afresh
 #: at every request, so what `grade --gradebook` writes while it is open shows at once (formgrader_fresh.py)
 FORMGRADER_FRESH = "autograder.formgrader_fresh"
-
-_SKIP = {".ipynb_checkpoints", "__pycache__", ".DS_Store"}
-
-
-# ---------------------------------------------------------------------------------------------
-# The student's workspace
-
-
-@dataclass
-class SyncReport:
-    """What :func:`sync_workspace` did."""
-
-    workspace: Path
-    created: bool = False  # the workspace did not exist: everything was copied
-    added_lessons: list[str] = field(default_factory=list)
-    added_files: list[str] = field(default_factory=list)  # new files of lessons the student had
-    kept: int = 0  # files of the release the student already has, left as they are
-    changed_in_release: list[str] = field(default_factory=list)  # the release's copy differs from what was copied
-
-    def message(self) -> str:
-        """The one line printed at start (plus one for release files that changed, if any)."""
-        if self.created:
-            line = f"created your workspace {self.workspace} from {RELEASE}/ ({len(self.added_lessons)} lessons)"
-        elif self.added_lessons or self.added_files:
-            what = []
-            if self.added_lessons:
-                what.append("new lessons " + ", ".join(self.added_lessons))
-            if self.added_files:
-                what.append("new files " + ", ".join(self.added_files))
-            line = f"added {' and '.join(what)} to {self.workspace}; your existing work is kept as it is"
-        else:
-            line = f"workspace {self.workspace}: no new lessons; your existing work is kept as it is"
-        if self.changed_in_release:
-            line += (f"\nchanged in the course since you got them (yours are kept; the new versions are in "
-                     f"{RELEASE}/): " + ", ".join(self.changed_in_release))
-        return line
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def release_files(release: Path) -> list[str]:
-    """Every file of the release, as POSIX paths relative to it (checkpoints and caches left out)."""
-    return sorted(
-        path.relative_to(release).as_posix()
-        for path in release.rglob("*")
-        if path.is_file() and not _SKIP.intersection(path.relative_to(release).parts)
-    )
-
-
-def sync_workspace(release: Path, workspace: Path) -> SyncReport:
-    """Create ``workspace`` from ``release``, or add to it what is new in the release.
-
-    Never overwrites or deletes anything in the workspace. A release file is copied only when
-    the workspace has never received it (the manifest ``MANIFEST`` remembers what was copied,
-    so a notebook the student deleted or renamed on purpose does not come back) and no file of
-    that name is there. A lesson is a top-level folder of the release.
-    """
-    if not release.is_dir():
-        raise CourseError(f"{release} does not exist; run `transformer-course release`")
-    report = SyncReport(workspace=workspace, created=not workspace.exists())
-    workspace.mkdir(parents=True, exist_ok=True)
-    manifest_path = workspace / MANIFEST
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8")).get("files", {})
-    except (OSError, ValueError, AttributeError):
-        manifest = {}
-    had = {rel.split("/", 1)[0] for rel in manifest} | {p.name for p in workspace.iterdir()}
-    added_lessons: set[str] = set()
-    for rel in release_files(release):
-        source, target = release / rel, workspace / rel
-        digest = _digest(source)
-        if rel in manifest:  # copied before: the student's now, whatever they did with it
-            if manifest[rel] != digest and target.exists():
-                report.changed_in_release.append(rel)
-            continue
-        if target.exists() or target.is_symlink():
-            report.kept += 1
-            manifest[rel] = digest
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
-        manifest[rel] = digest
-        lesson = rel.split("/", 1)[0]
-        if lesson in had:
-            report.added_files.append(rel)
-        else:
-            added_lessons.add(lesson)
-    report.added_lessons = sorted(added_lessons)
-    tmp = manifest_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"release": str(release), "files": dict(sorted(manifest.items()))}, indent=1) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, manifest_path)
-    return report
-
-
-def resolve_workspace(root: Path, given: Path | None, cwd: Path | None = None) -> Path:
-    """The student's workspace: ``given`` (relative to ``cwd``) or ``<root>/work``; never the
-    release, the solutions, the course root itself, or a folder that holds the course."""
-    root = root.resolve()
-    workspace = (root / WORKSPACE) if given is None else ((cwd or Path.cwd()) / given.expanduser())
-    workspace = workspace.resolve()
-    for tracked in (root / RELEASE, root / SOLUTIONS):
-        if workspace == tracked or tracked in workspace.parents:
-            raise CourseError(f"--workspace {workspace} is inside the course's {tracked.name}/, which updates replace; "
-                              "choose a folder of your own")
-    if workspace == root or workspace in root.parents:
-        raise CourseError(f"--workspace {workspace} would hold the course checkout itself; choose a folder of your own")
-    return workspace
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,89 +134,6 @@ def write_app_settings(settings_dir: Path, inherited: Path | None = None) -> Pat
 
 # ---------------------------------------------------------------------------------------------
 # nbgrader's exchange (the student's Assignments list)
-
-
-def course_id() -> str:
-    """The course id of ``nbgrader_settings`` (the one releases and the gradebook use)."""
-    from traitlets.config import Config
-
-    from autograder.nbgrader_settings import configure
-
-    config = Config()
-    configure(config)
-    return config.CourseDirectory.course_id
-
-
-def nbgrader_default_exchange() -> Path:
-    """nbgrader's own default ``Exchange.root`` (``/usr/local/share/nbgrader/exchange`` in 0.9.6)."""
-    from nbgrader.exchange.default.exchange import Exchange as NbgraderExchange
-
-    return Path(NbgraderExchange.root.default_value)
-
-
-def configured_exchange(root: Path, workspace: Path, skip: tuple[Path, ...] = ()) -> Path:
-    """The ``Exchange.root`` nbgrader's config gives the student's lab, else nbgrader's default.
-
-    Read from ``nbgrader_config.py``/``.json`` in, by rank: the workspace (the Assignments list's
-    working directory), Jupyter's config folders as the list reads them (``JUPYTER_CONFIG_PATH``,
-    ``~/.jupyter``, ``<prefix>/etc/jupyter``, ``/etc/jupyter``), and last the course root (where
-    the instructor's ``nbgrader`` commands run; the list does not read it, so the course's config
-    folder passes it on), less the folders of ``skip`` (the course's own, written from this)."""
-    from jupyter_core.paths import jupyter_config_path
-    from traitlets.config import Config
-    from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
-
-    skipped = {Path(p).resolve() for p in skip}
-    folders = [str(workspace), *jupyter_config_path(), str(root)]
-    folders = [f for i, f in enumerate(folders) if Path(f).resolve() not in skipped and f not in folders[:i]]
-    config = Config()
-    for folder in reversed(folders):  # lowest rank first; each merge outranks the last
-        for loader in (PyFileConfigLoader, JSONFileConfigLoader):
-            name = "nbgrader_config" + (".py" if loader is PyFileConfigLoader else ".json")
-            try:
-                config.merge(loader(name, path=folder).load_config())
-            except Exception:  # noqa: BLE001 - none there (ConfigFileNotFound), or broken: nbgrader says so itself
-                continue
-    value = config.Exchange.get("root") if "Exchange" in config else None
-    if not value:
-        return nbgrader_default_exchange()
-    path = Path(str(value)).expanduser()
-    return path if path.is_absolute() else workspace / path
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """The exchange the student's Assignments list uses."""
-
-    root: Path
-    configured: Path  # what nbgrader's config (or its default) names
-    local: bool  # ``configured`` does not exist: an empty exchange of the workspace's is used instead
-
-    def nbgrader_config(self) -> str:
-        """The ``nbgrader_config.py`` of the student's lab config folder."""
-        return ("# written by `transformer-course lab` at every start: the exchange your nbgrader config names\n"
-                "# (~/.jupyter/nbgrader_config.py, /etc/jupyter/, the course's), or an empty one of your own where none exists\n"
-                "c = get_config()  # noqa: F821\n"
-                f"c.Exchange.root = {str(self.root)!r}\n"
-                f"c.CourseDirectory.course_id = {course_id()!r}\n")
-
-    def message(self) -> str:
-        """The one line printed at start: where the list's assignments come from, and how a class uses it."""
-        if not self.local:
-            return (f"Assignments list (Nbgrader menu): nbgrader's exchange {self.root}: fetch what your instructor "
-                    "released, submit it, fetch its feedback")
-        return (f"Assignments list (Nbgrader menu): empty, as there is no nbgrader exchange at {self.configured}; in a "
-                "class the instructor releases the lessons into a shared exchange (c.Exchange.root in nbgrader_config.py, "
-                "e.g. /etc/jupyter/nbgrader_config.py) and you fetch and submit them there")
-
-
-def choose_exchange(configured: Path, workspace: Path) -> Exchange:
-    """The configured exchange where it exists; else an empty one of the workspace's own
-    (``<workspace>/.jupyter-course/exchange``), so the list is simply empty, not an error."""
-    if configured.is_dir():
-        return Exchange(configured, configured, local=False)
-    return Exchange(workspace / CONFIG / LOCAL_EXCHANGE, configured, local=True)
-
 
 @dataclass
 class LabPlan:

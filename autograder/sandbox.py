@@ -147,7 +147,7 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
 def exchange_roots(root: Path) -> set[Path]:
     """nbgrader's exchange folders a notebook must not see: nbgrader's default and the one the
     course's config (its ``nbgrader_config.py``, Jupyter's config folders) names, where that differs."""
-    from autograder.lab import configured_exchange, nbgrader_default_exchange
+    from autograder.lab_exchange import configured_exchange, nbgrader_default_exchange
 
     return {nbgrader_default_exchange(), configured_exchange(root, root)}
 

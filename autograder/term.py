@@ -137,7 +137,7 @@ def exchange_folders(root: Path, given: Path | None = None) -> list[Path]:
     exchange nbgrader's config names and nbgrader's default."""
     if given is not None:
         return [Path(given)]
-    from autograder.lab import configured_exchange, nbgrader_default_exchange
+    from autograder.lab_exchange import configured_exchange, nbgrader_default_exchange
 
     return sorted({Path(configured_exchange(root, root)), nbgrader_default_exchange()})
 

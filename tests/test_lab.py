@@ -16,24 +16,24 @@ from autograder.course import RELEASE, CourseError
 from autograder.environment import tool_env
 from autograder.lab import (
     APP_SETTINGS,
-    CONFIG,
     COURSE_OVERRIDES,
     COURSE_OVERRIDES_FILE,
     INSTRUCTOR_PLUGINS,
     INSTRUCTOR_SERVER_EXTENSIONS,
-    LOCAL_EXCHANGE,
-    MANIFEST,
     STUDENT_KEPT_PLUGINS,
     STUDENT_SERVER_EXTENSIONS,
-    choose_exchange,
-    configured_exchange,
     lab_plan,
-    nbgrader_default_exchange,
-    resolve_workspace,
     student_page_config,
-    sync_workspace,
     write_app_settings,
     write_student_config,
+)
+from autograder.lab_exchange import choose_exchange, configured_exchange, nbgrader_default_exchange
+from autograder.lab_workspace import (
+    CONFIG,
+    LOCAL_EXCHANGE,
+    MANIFEST,
+    resolve_workspace,
+    sync_workspace,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,7 +29,8 @@ import pytest
 from jupyter_env import LAB_DROP, ROOT, copy_course, jupyter_server, person_env
 
 from autograder.course import RELEASE
-from autograder.lab import COURSE_OVERRIDES, INSTRUCTOR_PLUGINS, nbgrader_default_exchange
+from autograder.lab import COURSE_OVERRIDES, INSTRUCTOR_PLUGINS
+from autograder.lab_exchange import nbgrader_default_exchange
 
 APP_READY_S = 120
 # what a student must never be offered, as JupyterLab labels it

@@ -1,0 +1,94 @@
+"""nbgrader's exchange of the student's lab (``transformer-course lab``, see ``autograder.lab``):
+the one nbgrader's config names where it exists (the Assignments list fetches, submits and fetches
+feedback there); where none does (a reader working alone), an empty one of the workspace's, so the
+list is empty, not an error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.lab_workspace import CONFIG, LOCAL_EXCHANGE
+
+
+def course_id() -> str:
+    """The course id of ``nbgrader_settings`` (the one releases and the gradebook use)."""
+    from traitlets.config import Config
+
+    from autograder.nbgrader_settings import configure
+
+    config = Config()
+    configure(config)
+    return config.CourseDirectory.course_id
+
+
+def nbgrader_default_exchange() -> Path:
+    """nbgrader's own default ``Exchange.root`` (``/usr/local/share/nbgrader/exchange`` in 0.9.6)."""
+    from nbgrader.exchange.default.exchange import Exchange as NbgraderExchange
+
+    return Path(NbgraderExchange.root.default_value)
+
+
+def configured_exchange(root: Path, workspace: Path, skip: tuple[Path, ...] = ()) -> Path:
+    """The ``Exchange.root`` nbgrader's config gives the student's lab, else nbgrader's default.
+
+    Read from ``nbgrader_config.py``/``.json`` in, by rank: the workspace (the Assignments list's
+    working directory), Jupyter's config folders as the list reads them (``JUPYTER_CONFIG_PATH``,
+    ``~/.jupyter``, ``<prefix>/etc/jupyter``, ``/etc/jupyter``), and last the course root (where
+    the instructor's ``nbgrader`` commands run; the list does not read it, so the course's config
+    folder passes it on), less the folders of ``skip`` (the course's own, written from this)."""
+    from jupyter_core.paths import jupyter_config_path
+    from traitlets.config import Config
+    from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+
+    skipped = {Path(p).resolve() for p in skip}
+    folders = [str(workspace), *jupyter_config_path(), str(root)]
+    folders = [f for i, f in enumerate(folders) if Path(f).resolve() not in skipped and f not in folders[:i]]
+    config = Config()
+    for folder in reversed(folders):  # lowest rank first; each merge outranks the last
+        for loader in (PyFileConfigLoader, JSONFileConfigLoader):
+            name = "nbgrader_config" + (".py" if loader is PyFileConfigLoader else ".json")
+            try:
+                config.merge(loader(name, path=folder).load_config())
+            except Exception:  # noqa: BLE001 - none there (ConfigFileNotFound), or broken: nbgrader says so itself
+                continue
+    value = config.Exchange.get("root") if "Exchange" in config else None
+    if not value:
+        return nbgrader_default_exchange()
+    path = Path(str(value)).expanduser()
+    return path if path.is_absolute() else workspace / path
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The exchange the student's Assignments list uses."""
+
+    root: Path
+    configured: Path  # what nbgrader's config (or its default) names
+    local: bool  # ``configured`` does not exist: an empty exchange of the workspace's is used instead
+
+    def nbgrader_config(self) -> str:
+        """The ``nbgrader_config.py`` of the student's lab config folder."""
+        return ("# written by `transformer-course lab` at every start: the exchange your nbgrader config names\n"
+                "# (~/.jupyter/nbgrader_config.py, /etc/jupyter/, the course's), or an empty one of your own where none exists\n"
+                "c = get_config()  # noqa: F821\n"
+                f"c.Exchange.root = {str(self.root)!r}\n"
+                f"c.CourseDirectory.course_id = {course_id()!r}\n")
+
+    def message(self) -> str:
+        """The one line printed at start: where the list's assignments come from, and how a class uses it."""
+        if not self.local:
+            return (f"Assignments list (Nbgrader menu): nbgrader's exchange {self.root}: fetch what your instructor "
+                    "released, submit it, fetch its feedback")
+        return (f"Assignments list (Nbgrader menu): empty, as there is no nbgrader exchange at {self.configured}; in a "
+                "class the instructor releases the lessons into a shared exchange (c.Exchange.root in nbgrader_config.py, "
+                "e.g. /etc/jupyter/nbgrader_config.py) and you fetch and submit them there")
+
+
+def choose_exchange(configured: Path, workspace: Path) -> Exchange:
+    """The configured exchange where it exists; else an empty one of the workspace's own
+    (``<workspace>/.jupyter-course/exchange``), so the list is simply empty, not an error."""
+    if configured.is_dir():
+        return Exchange(configured, configured, local=False)
+    return Exchange(workspace / CONFIG / LOCAL_EXCHANGE, configured, local=True)
+
