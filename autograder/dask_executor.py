@@ -174,14 +174,19 @@ class CourseService:
                 warming.done.wait()
                 shutdown_servers(warming.isolation.key)
                 continue
-            try:
-                self.servers_started += start_servers(warming.isolation, self.threads)
+            try:  # one server first: the lesson's first notebook need not wait for the others
+                self.servers_started += start_servers(warming.isolation, 1)
             except BaseException as exc:  # noqa: BLE001 - told to every task that waits for them
                 warming.error = f"the fork servers of the Dask worker {self.address} did not start: {type(exc).__name__}: {exc}"
                 with self._lock:  # a later run tries again
                     self._warming.pop(warming.isolation.key, None)
             finally:
                 warming.done.set()
+            if not warming.error:
+                try:  # one per worker thread
+                    self.servers_started += start_servers(warming.isolation, self.threads)
+                except Exception:  # noqa: BLE001 - a job that finds no idle server starts its own
+                    pass
         with self._lock:
             keys = set(self._warming)
         for key in keys:
@@ -271,9 +276,10 @@ def _close_services() -> None:
 
 
 def dask_setup(worker) -> None:
-    """``dask worker --preload autograder.dask_executor``: the worker finds and checks its course
-    as it starts, and starts the fork servers of the lessons in ``$TRANSFORMER_COURSE_WARM``
-    (comma-separated assignments, or ``all``) in the sandbox ``grade`` uses by default (``auto``)."""
+    """``dask worker --preload autograder.dask_executor``: the worker reads its course as it starts
+    (each run checks it against the grading machine's) and starts the fork servers of the lessons
+    in ``$TRANSFORMER_COURSE_WARM`` (comma-separated assignments, or ``all``) in the sandbox
+    ``grade`` uses by default (``auto``)."""
     service = service_for(worker)
     wanted = [a.strip() for a in os.environ.get(WARM_ENV, "").split(",") if a.strip()]
     if wanted == ["all"]:
