@@ -98,3 +98,19 @@ def test_the_first_cell_states_how_long_the_lesson_runs(folder, lesson):
         f"{lesson.assignment}: the first markdown cell must say how long the full setting runs "
         "'on two CPU cores' (e.g. 'in under a minute on two CPU cores')"
     )
+
+
+@pytest.mark.parametrize("folder, lesson", [n for n in NOTEBOOKS if n[0] == SOLUTIONS], ids=lambda v: getattr(v, "assignment", v))
+def test_a_lesson_with_a_quick_setting_asks_helpers_for_it(folder, lesson):
+    # quick_setting() is on under TRANSFORMER_COURSE_QUICK=1 (CI, the grader) and while nbgrader's Validate
+    # runs the notebook; reading the variable alone would run minutes of training under Validate's cell limit
+    cells = [c for c in lesson.notebook["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    code = "\n".join(cell_source(c) for c in lesson.notebook["cells"] if c["cell_type"] == "code")
+    if not cells and "QUICK" not in code:
+        return
+    assert len(cells) == 1, f"{lesson.assignment}: one cell tagged 'parameters' holds the quick setting"
+    source = cell_source(cells[0])
+    assert "QUICK = quick_setting()" in source, f"{lesson.assignment}: QUICK = quick_setting() in the parameters cell"
+    assert "TRANSFORMER_COURSE_QUICK" in source and "Validate" in source, (
+        f"{lesson.assignment}: the parameters cell's comment says when the quick setting is on")
+    assert 'os.environ.get("TRANSFORMER_COURSE_QUICK")' not in code
