@@ -44,7 +44,7 @@ class Config:
     final_norm: bool = True  # a LayerNorm after the last layer (the seed's model has none)
     attn_bias: bool = False  # biases in attention's query, key, value and output maps (GPT-2's; lesson 10)
     activation: str = "relu"  # the MLP's nonlinearity: "relu", or GPT-2's "gelu_tanh" (lesson 10)
-    dropout: float = 0.0  # dropout on each sub-layer's output while training (GPT-2 trained with 0.1)
+    dropout: float = 0.0  # dropout on each sub-layer's output while training (GPT-1 used 0.1)
 
 
 def gpt2_options(block: nn.Module, config: Config) -> None:
