@@ -54,10 +54,12 @@ from pathlib import Path
 from distributed import Client, as_completed, get_worker
 
 from autograder.course import CourseError, Lesson, course_fingerprint, find_course_root, lessons
-from autograder.grading import InvalidNotebook, NotebookResult, grade_notebook, read_notebook
+from autograder.grader import grade_notebook
+from autograder.grading import NotebookResult
 from autograder.jobs import Job, Timing, lesson_isolations, notebook_result
 from autograder.runner import Limits, limits_for, shutdown_servers, start_servers
 from autograder.sandbox import Isolation, resolve_mode
+from autograder.submission import InvalidNotebook, read_notebook
 
 READY_TIMEOUT_S = 600  # a lesson's fork servers must be up by then (importing torch on a busy machine)
 WARM_ENV = "TRANSFORMER_COURSE_WARM"  # lessons whose servers a preloaded worker starts at once, or "all"

@@ -26,7 +26,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from autograder.course import CourseError, Lesson
-from autograder.grading import NotebookResult, grade_notebook
+from autograder.grader import grade_notebook
+from autograder.grading import NotebookResult
 from autograder.jobs import Job, Timing, lesson_isolations
 from autograder.runner import Limits, limits_for, shutdown_servers
 

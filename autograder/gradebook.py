@@ -56,7 +56,8 @@ from autograder.gradebook_rows import (
     late_penalties,
     write_scores,
 )
-from autograder.grading import NotebookResult, locate
+from autograder.grader import locate
+from autograder.grading import NotebookResult
 from autograder.release import generate_release
 
 
@@ -68,7 +69,7 @@ def write_gradebook(db_url: str, root: Path, results: list[NotebookResult], *, s
     the timestamps are read, the digests compared, and the autograded notebooks written into
     ``autograded/`` beside it; without it (scores only) timestamps are left as they are and manual
     grades are kept, marked for review. ``paths``: the notebook graded for (student, assignment)
-    when the caller chose it (default: ``grading.locate``). ``out``: where
+    when the caller chose it (default: ``grader.locate``). ``out``: where
     ``manual_grades_dropped.csv`` goes (the current folder without it)."""
     course = {lesson.assignment: lesson for lesson in lessons(root)}
     assignments = sorted({r.assignment for r in results})

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course import RELEASE, Lesson, cell_source, nbgrader_meta
-from autograder.grading import MAX_NOTEBOOK_MB, over_cap
 from autograder.names import defined_names
 from autograder.reports import attention_row
+from autograder.submission import MAX_NOTEBOOK_MB, over_cap
 
 #: needs_attention.csv statuses of what the grader found in the submissions folder
 CHOSEN = "chosen"  # graded, but the grader chose the file, or matched an older release's cell ids

@@ -24,11 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from autograder.course import Lesson, lessons
-from autograder.grading import _exit_reason, build_program
+from autograder.grading import exit_reason
 from autograder.jobs import lesson_isolations
 from autograder.protocol import DONE
 from autograder.runner import LessonLimits, Limits, run_steps, shutdown_servers
 from autograder.sandbox import Isolation, data_problem, resolve_mode
+from autograder.submission import build_program
 
 FACTOR = 10.0
 MIN_CELL_S = 5.0
@@ -111,7 +112,7 @@ def _failure(job) -> tuple[str, str] | None:
         return f"it ran past the calibration's limit of {CALIBRATION.wall_s:g} s for the whole notebook", SLOW_FIX
     if job.lost:
         return f"it broke the grader's channel ({job.lost})", ERROR_FIX
-    how = "it was stopped" if job.exitcode is None else _exit_reason(job.exitcode)
+    how = "it was stopped" if job.exitcode is None else exit_reason(job.exitcode)
     return f"it stopped early ({how}) without an error of its own", CRASH_FIX
 
 

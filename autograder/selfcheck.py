@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 
 from autograder.course import CourseError, find_course_root, lessons, nbgrader_meta
-from autograder.grading import InvalidNotebook, grade_notebook, read_notebook
+from autograder.grader import grade_notebook
 from autograder.runner import Limits
+from autograder.submission import InvalidNotebook, read_notebook
 
 MARKS = {"passed": "PASS", "failed": "FAIL"}
 

@@ -16,7 +16,8 @@ from harness import ROOT, solution_answers
 
 from autograder.catalogue import with_answers
 from autograder.course import load_lesson
-from autograder.grading import grade_notebook, judge_test
+from autograder.grader import grade_notebook
+from autograder.grading import judge_test
 from autograder.reports import write_reports
 from autograder.runner import Limits, Step, run_steps
 

@@ -17,9 +17,10 @@ import pytest
 import torch
 
 from autograder.course import CourseError, check_calls, lessons, load_lesson
-from autograder.grading import STUCK_MESSAGE, build_program, judge_test
+from autograder.grading import STUCK_MESSAGE, judge_test
 from autograder.release import find_leaks
 from autograder.runner import JobResult
+from autograder.submission import build_program
 from helpers.checks.core import (
     MAX_ELEMENTS,
     REGISTRY,
