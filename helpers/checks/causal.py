@@ -18,7 +18,7 @@ import torch
 
 from helpers.checks import diagnose as layer
 from helpers.checks.core import CheckFailed, close, first_mismatch
-from helpers.checks.diagnose import CAUSE_HINTS, case_sizes, explain_parts
+from helpers.checks.diagnose import case_sizes, explain_error
 from helpers.checks.verdict import first_leak, gradients, judge_output
 
 
@@ -36,7 +36,7 @@ def changed_at(x: torch.Tensor, replacement: torch.Tensor, j: int) -> torch.Tens
 
 #: errors that name a mistake of these exercises (their meaning is in the diagnosis layer): the
 #: check fails with that meaning, instead of reporting a crash; so does an error whose explanation
-#: names a likely cause (``diagnose.CAUSE_HINTS``)
+#: names a likely cause (``diagnose.explain_error(...).cause``)
 NAMED_ERRORS = ("only supports boolean masks", "must be tuple of ints,but got float", "is out of bounds for dimension")
 
 
@@ -51,9 +51,10 @@ def student_case(sizes: dict, reason=None):
         raise
     except Exception as exc:
         lead = reason(exc) if reason else None
-        parts = explain_parts(exc, sizes)
+        explained = explain_error(exc, sizes)
+        parts = explained.lines
         if (lead is None and not any(needle in str(exc) for needle in NAMED_ERRORS) and not getattr(exc, "course_outside", None)
-                and not any(hint in part for part in parts for hint in CAUSE_HINTS)):
+                and explained.cause is None):
             raise  # Check explains it in the case's legend: nothing to add
         lines = [lead, *parts, f"(The error itself: {type(exc).__name__}: {exc})"]
         raise CheckFailed("\n".join(line for line in lines if line)) from None

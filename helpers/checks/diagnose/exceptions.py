@@ -1,0 +1,130 @@
+"""An error the student's code raised, explained: where it raised (their line, in which function),
+the values that line names, a layer built outside the module, and what the message means.
+
+``explain_error`` gives the lines and the cause they name; ``explain_parts`` the lines alone;
+``explain_exception`` the text that ``Check`` shows (runs in the student's process, never raises).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from helpers.checks.diagnose.meanings import _meaning
+from helpers.checks.diagnose.outside import outside_told
+from helpers.checks.diagnose.student_code import (
+    _MISSING,
+    _bad_indices,
+    _chains,
+    _describe_value,
+    _is_student,
+    _lookup,
+    _source_line,
+)
+
+
+@dataclass(frozen=True)
+class Explained:
+    """The lines of an error's explanation (without PyTorch's own message; may be empty) and the
+    likely cause they name (``None`` when they only say where and what the message means)."""
+
+    lines: list[str] = field(default_factory=list)
+    cause: str | None = None
+
+
+def _plain(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+_ANONYMOUS = {"<listcomp>": "a list comprehension", "<dictcomp>": "a dict comprehension", "<setcomp>": "a set "
+              "comprehension", "<genexpr>": "a generator expression", "<lambda>": "a lambda"}
+
+
+def _in_frame(name: str, outer: list[str]) -> str:
+    """'in your cell', 'in forward', 'in a list comprehension in encode'."""
+    if name == "<module>":
+        return "in your cell"
+    if name in _ANONYMOUS:
+        around = next((n for n in reversed(outer) if n not in _ANONYMOUS), None)
+        return f"in {_ANONYMOUS[name]}" + (f" in {around}" if around and around != "<module>" else "")
+    return f"in {name}"
+
+
+def explain_parts(exc: BaseException, sizes=None, axes_of=None) -> list[str]:
+    """The lines of the explanation (without PyTorch's own message): may be empty."""
+    return explain_error(exc, sizes, axes_of).lines
+
+
+def explain_error(exc: BaseException, sizes=None, axes_of=None) -> Explained:
+    """The lines of the explanation and the cause they name (a layer built outside the module, or
+    the cause the meaning of the message names)."""
+    sizes = getattr(exc, "course_sizes", None) or sizes
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    lines: list[str] = []
+    values: list[tuple[str, Any]] = []
+    source = ""
+    mine = [(f, ln) for f, ln in frames if _is_student(f.f_code.co_filename)]
+    if mine:
+        frame, lineno = mine[-1]
+        source = _source_line(frame, lineno)
+        where = _in_frame(frame.f_code.co_name, [f.f_code.co_name for f, _ in mine[:-1]])
+        raised_here = frame is frames[-1][0]
+        how = "raised" if raised_here else "failed inside a call"
+        lines.append(
+            f"{type(exc).__name__} {where}, line {lineno}: {how}"
+            + (f" at `{source[:200]}`" if source else "")
+            + "."
+        )
+        described = []
+        for name in _chains(source)[:20] if source else []:
+            value = _lookup(name, frame)
+            if value is _MISSING:
+                continue
+            values.append((name, value))
+            if callable(axes_of) and isinstance(value, torch.Tensor):
+                try:
+                    named = axes_of(name, value)
+                except Exception:  # noqa: BLE001
+                    named = None
+                if named:
+                    described.append(f"{name}: {str(value.dtype).replace('torch.', '')} {tuple(value.shape)} = {named}")
+                    continue
+            text = _describe_value(name, value, sizes)
+            if text:
+                described.append(text)
+        if described:
+            lines.append("On that line: " + "; ".join(described[:10]) + ".")
+        if isinstance(exc, IndexError) and source:
+            lines.extend(_bad_indices(frame, source))
+    outside = outside_told(getattr(exc, "course_outside", None))  # the cause; what PyTorch says follows from it
+    if outside:
+        lines.append(outside[0].upper() + outside[1:])
+    meaning = _meaning(exc, sizes, values, source or "")
+    if meaning:
+        lines.append(meaning.established)
+    return Explained(lines, "a layer built outside the module" if outside else meaning.cause)
+
+
+def explain_exception(exc: BaseException, sizes: dict[str, int] | None = None, axes_of=None) -> str:
+    """Where the student's code raised ``exc``, the tensors on that line, what the message means.
+
+    Runs in the student's process. The last line is the exception's own text; when nothing could
+    be added, that line alone ("TypeName: message"). Never raises.
+    """
+    try:
+        plain = _plain(exc)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        plain = type(exc).__name__
+    try:
+        lines = explain_parts(exc, sizes, axes_of)
+    except Exception:  # noqa: BLE001
+        return plain
+    if not lines:
+        return plain
+    return "\n".join([*lines, f"(The error itself: {plain})"])
