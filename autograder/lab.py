@@ -21,7 +21,7 @@ does (a reader working alone), an empty one of the workspace's, so the list is e
 Everything here is a pure function of its arguments (paths, environment) except what writes
 files (:func:`write_student_config`, :func:`write_app_settings`, and the workspace's
 ``lab_workspace.sync_workspace``) and what reads Jupyter's and nbgrader's installed config
-(``lab_exchange.configured_exchange``, :func:`environment_app_settings_dir`); ``cli.cmd_lab`` runs
+(``lab_exchange.configured_exchange``, :func:`environment_app_settings_dir`); ``cli_commands.cmd_lab`` runs
 the command they describe.
 """
 

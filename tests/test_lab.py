@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cli
+from autograder import cli, cli_commands
 from autograder.course import RELEASE, CourseError
 from autograder.environment import tool_env
 from autograder.lab import (
@@ -355,7 +355,7 @@ def test_cli_starts_the_student_lab_on_a_synced_workspace(tmp_path, monkeypatch,
         started.update(cmd=cmd, cwd=cwd, env=env)
         return 0
 
-    monkeypatch.setattr(cli.subprocess, "call", fake_call)
+    monkeypatch.setattr(cli_commands.subprocess, "call", fake_call)
     monkeypatch.setenv("TRANSFORMER_COURSE_ROOT", str(ROOT))
     work = tmp_path / "mywork"
     assert cli.main(["lab", "--workspace", str(work), "--no-browser"]) == 0

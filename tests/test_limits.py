@@ -180,7 +180,8 @@ def test_grade_skips_the_lesson_it_cannot_measure_and_grades_the_rest(monkeypatc
     import pandas as pd
 
     from autograder.batch import JOBS, MANIFEST
-    from autograder.cli import NOT_ALL_GRADED, main
+    from autograder.cli import main
+    from autograder.cli_grade import NOT_ALL_GRADED
 
     submitted = tmp_path / "submitted"
     for student in ("ann", "bob"):  # not notebooks: graded as `invalid` without running anything
