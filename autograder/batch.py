@@ -19,8 +19,8 @@ from autograder.executors import check_executor, make_executor
 from autograder.grading import NotebookResult
 from autograder.intake import Intake
 from autograder.jobs import Job, Timing, notebook_result
+from autograder.protocol import LessonLimits, Limits, limits_data, limits_for
 from autograder.reports import not_graded_row
-from autograder.runner import LessonLimits, Limits, limits_data, limits_for
 from autograder.sandbox import resolve_mode
 from autograder.term import (
     adopt_earlier,

@@ -91,7 +91,7 @@ def _grading_limits(args, out: Path, shard):
 
     Also returns the lessons that cannot be graded (lesson -> why, and what to do): those whose
     own solution did not run cleanly when it was measured."""
-    from autograder.runner import Limits
+    from autograder.protocol import Limits
 
     base = Limits(memory_mb=args.memory_mb)
     if args.timeout is not None and args.cell_timeout is not None:
@@ -103,7 +103,7 @@ def _grading_limits(args, out: Path, shard):
               file=sys.stderr)
         return Limits(wall_s=wall, cell_s=cell, memory_mb=args.memory_mb), {}
     from autograder.limits import measure_limits
-    from autograder.runner import LessonLimits
+    from autograder.protocol import LessonLimits
 
     root = find_course_root()
     # only the lessons handed in are measured (a class that submitted two lessons waits for two)
@@ -154,8 +154,8 @@ def cmd_demo(args) -> int:
     from autograder.batch import grade_class
     from autograder.demo import build_demo_class
     from autograder.limits import measure_limits
+    from autograder.protocol import Limits
     from autograder.reports import summary
-    from autograder.runner import Limits
 
     root = find_course_root()
     keep = args.out is not None

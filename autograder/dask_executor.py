@@ -57,7 +57,8 @@ from autograder.course import CourseError, Lesson, course_fingerprint, find_cour
 from autograder.grader import grade_notebook
 from autograder.grading import NotebookResult
 from autograder.jobs import Job, Timing, lesson_isolations, notebook_result
-from autograder.runner import Limits, limits_for, shutdown_servers, start_servers
+from autograder.protocol import Limits, limits_for
+from autograder.runner import shutdown_servers, start_servers
 from autograder.sandbox import Isolation, resolve_mode
 from autograder.submission import InvalidNotebook, read_notebook
 

@@ -29,7 +29,8 @@ from autograder.course import CourseError, Lesson
 from autograder.grader import grade_notebook
 from autograder.grading import NotebookResult
 from autograder.jobs import Job, Timing, lesson_isolations
-from autograder.runner import Limits, limits_for, shutdown_servers
+from autograder.protocol import Limits, limits_for
+from autograder.runner import shutdown_servers
 
 DASK_SCHEME = "dask://"
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from autograder.course import Lesson, lessons
 from autograder.grading import exit_reason
 from autograder.jobs import lesson_isolations
-from autograder.protocol import DONE
-from autograder.runner import LessonLimits, Limits, run_steps, shutdown_servers
+from autograder.protocol import DONE, LessonLimits, Limits
+from autograder.runner import run_steps, shutdown_servers
 from autograder.sandbox import Isolation, data_problem, resolve_mode
 from autograder.submission import build_program
 

@@ -37,7 +37,7 @@ from autograder.batch import (
     write_manifest,
 )
 from autograder.course import CourseError, course_fingerprint, lessons
-from autograder.runner import limits_from_data
+from autograder.protocol import limits_from_data
 from autograder.term import (
     RESULTS,
     adopt_earlier,

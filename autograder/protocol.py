@@ -18,7 +18,7 @@ the step went on after its alarm. The judge (in the runner's process) reads the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 RESULTS = "results.jsonl"
 OUTPUT = "output.txt"
@@ -62,6 +62,38 @@ class Limits:
     def cell_limit(self, step_id: str) -> float:
         """Seconds step ``step_id`` may run before its alarm."""
         return dict(self.steps).get(step_id, self.cell_s)
+
+
+@dataclass(frozen=True)
+class LessonLimits:
+    """Limits per lesson (measured from each lesson's own solution), and a default for the rest."""
+
+    default: Limits
+    lessons: tuple[tuple[str, Limits], ...] = ()
+
+    def get(self, assignment: str) -> Limits:
+        return dict(self.lessons).get(assignment, self.default)
+
+
+def limits_for(limits: Limits | LessonLimits, assignment: str) -> Limits:
+    """The limits one lesson's notebooks run under."""
+    return limits.get(assignment) if isinstance(limits, LessonLimits) else limits
+
+
+def limits_data(limits: Limits | LessonLimits) -> dict:
+    """Plain data for a manifest or a cache key; ``limits_from_data`` reads it back."""
+    def plain(lim: Limits) -> dict:  # the salt is the course's secret: not in a manifest
+        return {k: v for k, v in asdict(lim).items() if k != "salt"}
+
+    if isinstance(limits, LessonLimits):
+        return {"default": plain(limits.default), "lessons": {a: plain(lim) for a, lim in limits.lessons}}
+    return plain(limits)
+
+
+def limits_from_data(data: dict) -> Limits | LessonLimits:
+    if set(data) == {"default", "lessons"}:
+        return LessonLimits(Limits(**data["default"]), tuple((a, Limits(**v)) for a, v in sorted(data["lessons"].items())))
+    return Limits(**data)
 
 
 #: the kind of a step that runs the course's own answer in place of a stuck one: the child runs it

@@ -43,38 +43,6 @@ MAX_STUCK = 3  # steps that swallow their alarm, each removed and the notebook r
 MIN_RERUN_S = 5.0  # a rerun after a stuck step needs at least this much of the notebook's wall-clock limit
 
 
-@dataclass(frozen=True)
-class LessonLimits:
-    """Limits per lesson (measured from each lesson's own solution), and a default for the rest."""
-
-    default: Limits
-    lessons: tuple[tuple[str, Limits], ...] = ()
-
-    def get(self, assignment: str) -> Limits:
-        return dict(self.lessons).get(assignment, self.default)
-
-
-def limits_for(limits: "Limits | LessonLimits", assignment: str) -> Limits:
-    """The limits one lesson's notebooks run under."""
-    return limits.get(assignment) if isinstance(limits, LessonLimits) else limits
-
-
-def limits_data(limits: "Limits | LessonLimits") -> dict:
-    """Plain data for a manifest or a cache key; ``limits_from_data`` reads it back."""
-    def plain(lim: Limits) -> dict:  # the salt is the course's secret: not in a manifest
-        return {k: v for k, v in asdict(lim).items() if k != "salt"}
-
-    if isinstance(limits, LessonLimits):
-        return {"default": plain(limits.default), "lessons": {a: plain(lim) for a, lim in limits.lessons}}
-    return plain(limits)
-
-
-def limits_from_data(data: dict) -> "Limits | LessonLimits":
-    if set(data) == {"default", "lessons"}:
-        return LessonLimits(Limits(**data["default"]), tuple((a, Limits(**v)) for a, v in sorted(data["lessons"].items())))
-    return Limits(**data)
-
-
 @dataclass
 class JobResult:
     lines: list[dict] = field(default_factory=list)  # decoded JSON lines, in order

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from autograder.course import CourseError, find_course_root, lessons, nbgrader_meta
 from autograder.grader import grade_notebook
-from autograder.runner import Limits
+from autograder.protocol import Limits
 from autograder.submission import InvalidNotebook, read_notebook
 
 MARKS = {"passed": "PASS", "failed": "FAIL"}

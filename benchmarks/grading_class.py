@@ -32,7 +32,8 @@ from autograder.catalogue import load_catalogue, with_answers
 from autograder.course import RELEASE, find_course_root, lessons
 from autograder.demo import demo_mistakes
 from autograder.merge import merge_shards
-from autograder.runner import Limits, shutdown
+from autograder.protocol import Limits
+from autograder.runner import shutdown
 
 ASSIGNMENT = "03-self-attention"
 LIMITS = Limits(wall_s=600, cell_s=60, memory_mb=3072)  # the defaults of `transformer-course grade`

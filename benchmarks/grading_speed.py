@@ -22,7 +22,8 @@ from pathlib import Path
 from autograder.batch import grade_class
 from autograder.course import find_course_root
 from autograder.demo import build_demo_class
-from autograder.runner import Limits, shutdown
+from autograder.protocol import Limits
+from autograder.runner import shutdown
 
 
 def build_class(root: Path, folder: Path, copies: int, assignment: str) -> int:

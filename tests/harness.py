@@ -18,7 +18,7 @@ import pytest
 from autograder.batch import grade_class
 from autograder.catalogue import Catalogue, load_catalogue, with_answers
 from autograder.course import RELEASE, cell_source, load_lesson, nbgrader_meta
-from autograder.runner import Limits
+from autograder.protocol import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = Limits(wall_s=300, cell_s=30)

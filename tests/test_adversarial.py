@@ -18,7 +18,7 @@ from harness import ROOT, solution_answers
 from autograder.batch import grade_class
 from autograder.catalogue import with_answers
 from autograder.course import nbgrader_meta
-from autograder.runner import Limits
+from autograder.protocol import Limits
 from autograder.sandbox import bwrap_works
 
 A = "03-self-attention"

@@ -20,7 +20,7 @@ from autograder.course import course_fingerprint, lessons
 from autograder.demo import build_demo_class
 from autograder.executors import scheduler_address
 from autograder.jobs import Job
-from autograder.runner import Limits
+from autograder.protocol import Limits
 
 STUDENTS = {"ada-correct", "ben-blank", "lea-raises", "max-not-a-notebook", "noa-nothing-submitted"}
 # graded on the client, never sent to a worker: nothing of them runs

@@ -172,7 +172,7 @@ def test_check_exits_nonzero_on_the_blank_and_zero_on_the_solution(capsys):
 @pytest.mark.slow
 def test_an_interrupted_run_resumes_and_a_changed_submission_is_regraded(tmp_path):
     from autograder.batch import CACHE, grade_class
-    from autograder.runner import Limits
+    from autograder.protocol import Limits
 
     submitted = build_demo_class(ROOT, tmp_path / "submitted")
     out = tmp_path / "out"
@@ -200,7 +200,7 @@ def test_scores_reach_nbgraders_gradebook_and_export(tmp_path):
     import sys
 
     from autograder.batch import grade_class
-    from autograder.runner import Limits
+    from autograder.protocol import Limits
 
     submitted = build_demo_class(ROOT, tmp_path / "submitted")
     db = f"sqlite:///{tmp_path / 'gradebook.db'}"

@@ -19,7 +19,7 @@ from autograder.limits import (
     course_limits,
     measure_limits,
 )
-from autograder.runner import Limits
+from autograder.protocol import Limits
 
 A = "03-self-attention"
 SOLUTION = ROOT / "solutions" / A / f"{A}.ipynb"
@@ -164,7 +164,7 @@ def test_a_lesson_that_cannot_be_measured_leaves_the_others_measured(monkeypatch
 
 def test_limits_measured_and_limits_read_back_give_the_same_cache_keys(monkeypatch, tmp_path):
     from autograder.batch import _key, with_salt
-    from autograder.runner import limits_data
+    from autograder.protocol import limits_data
 
     monkeypatch.setattr("autograder.limits.run_steps", lambda steps, *a, **k: fake_job(steps))
     fresh = course_limits(ROOT, [A], Limits(), "none", tmp_path)  # measured: 10 x 0.04 s, rounded up to 5 s

@@ -18,8 +18,9 @@ from autograder.catalogue import with_answers
 from autograder.course import load_lesson
 from autograder.grader import grade_notebook
 from autograder.grading import judge_test
+from autograder.protocol import Limits, Step
 from autograder.reports import write_reports
-from autograder.runner import Limits, Step, run_steps
+from autograder.runner import run_steps
 
 A = "03-self-attention"
 NB = "03-self-attention.ipynb"

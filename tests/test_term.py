@@ -17,8 +17,8 @@ from autograder.catalogue import with_answers
 from autograder.cli import main
 from autograder.course import RELEASE, CourseError
 from autograder.intake import CHOSEN, MISPLACED, match_old_ids, rename_ids
+from autograder.protocol import LessonLimits, Limits
 from autograder.reports import NOT_GRADED, RENAMED, page_names
-from autograder.runner import LessonLimits, Limits
 from autograder.term import (
     OFF_ROSTER,
     RESULTS,

@@ -382,7 +382,7 @@ def test_the_grading_salt_is_the_course_secret_kept_in_a_private_file(tmp_path, 
 
 def test_limits_carry_the_salt_but_a_manifest_does_not_say_it():
     from autograder.batch import with_salt
-    from autograder.runner import LessonLimits, Limits, limits_data
+    from autograder.protocol import LessonLimits, Limits, limits_data
 
     limits = with_salt(LessonLimits(Limits(), (("01", Limits(cell_s=5)),)), 1234)
     assert limits.default.salt == 1234 and dict(limits.lessons)["01"].salt == 1234
