@@ -253,6 +253,13 @@ def _judge_ce(cases):
                 )
             if "backward_raised" in run:
                 raise CheckFailed(f"{what}: backward() raised {run['backward_raised']}.")
+            if out.dim() != 0:
+                raise CheckFailed(
+                    f"{what} has the right value, but as a tensor of shape {tuple(out.shape)}, not a 0-d "
+                    "tensor (shape ()): a reduction with dim= (or a gather or indexing that keeps an axis) left "
+                    "an axis of size 1. Average over every position at once, .mean() with no dim, or drop the "
+                    "axis (f\"{loss:.3f}\" raises a TypeError for anything but a 0-d tensor)."
+                )
             x = logits.detach().double().requires_grad_(True)
             ref.cross_entropy(x, targets).backward()
             grad = run.get("grad")

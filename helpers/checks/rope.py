@@ -45,13 +45,13 @@ from helpers.checks.kv_cache import (
 from helpers.checks.verdict import load_weights, tolerance
 
 
-def known_good_rope(x, positions, base=10000.0, flavour="right"):
-    """RoPE in the lesson's convention; ``flavour`` names a mistake instead: ``interleaved``
-    (pairs 2i, 2i+1), ``no-two`` (angle base ** (-i / hs)), ``ignores-positions`` (0 ... T-1),
-    ``growing`` (base ** (+2i / hs)), ``backwards`` (turned by minus the angle)."""
+def known_good_rope(x, positions, base=10000.0, flavour="right", k=2.0):
+    """RoPE in the lesson's convention (pair i turns by base ** (-k i / hs) per position); ``flavour``
+    names a mistake instead: ``interleaved`` (pairs 2i, 2i+1), ``no-two`` (k = 1), ``ignores-positions``
+    (0 ... T-1), ``growing`` (k = -2), ``backwards`` (turned by minus the angle)."""
     hs = x.shape[-1]
     half = hs // 2
-    exponent = (1 if flavour == "no-two" else -2 if flavour == "growing" else 2) * torch.arange(half, dtype=torch.float64) / hs
+    exponent = (1 if flavour == "no-two" else -2 if flavour == "growing" else k) * torch.arange(half, dtype=torch.float64) / hs
     if flavour == "ignores-positions":
         positions = torch.arange(x.shape[-2])
     angles = positions.to(torch.float64).unsqueeze(-1) * base ** (-exponent)  # (T, hs/2)
@@ -115,8 +115,7 @@ def _probe_rope(cases):
     return probe
 
 
-def _basis(hs: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row j is feature j alone, every row at position 3: row j of the output is where feature j goes."""
+def _basis(hs: int) -> tuple[torch.Tensor, torch.Tensor]:  # row j: feature j alone, at position 3
     return torch.eye(hs, dtype=torch.float64), torch.full((hs,), 3)
 
 
@@ -137,6 +136,26 @@ def _pairing(basis, hs: int) -> str | None:
             f"the lesson turns feature i together with feature i + hs/2, {wanted}{' …' if half > 3 else ''}, and writes "
             "each turned pair back to the same two places (x1 = x[..., :hs/2], x2 = x[..., hs/2:], then "
             "torch.cat of the two halves)")
+
+
+def _frequency_read(x, out, positions, tol, base=10000.0) -> str | None:
+    """``out`` as the lesson's rotation at another k (verified: it reproduces every value), in words."""
+    hs, half = x.shape[-1], x.shape[-1] // 2
+    if half < 2 or len(positions) < 2 or not torch.isfinite(out).all():
+        return None
+    (x1, x2), (o1, o2) = x.double().split(half, -1), out.double().split(half, -1)
+    angle = torch.atan2(x1 * o2 - x2 * o1, x1 * o1 + x2 * o2)  # (..., T, hs/2): each pair's turn
+    step = torch.remainder(angle[..., 1, 1] - angle[..., 0, 1] + torch.pi, 2 * torch.pi) - torch.pi
+    per_position = float(step.reshape(-1)[0]) / float(positions[1] - positions[0])
+    if per_position <= 0:
+        return None
+    k = -hs * math.log(per_position) / math.log(base)  # pair 1 turns by base ** (-k / hs) per position
+    if abs(k - 2) < 1e-6 or not close(known_good_rope(x.double(), positions, base, k=k), out, tol, tol):
+        return None
+    return (f"each pair turns by base ** (-{k:.4g} i / hs) per position: the frequencies fall off "
+            f"{'faster' if k > 2 else 'more slowly'} across the pairs "
+            f"than the lesson's base ** (-2i / hs), as if the exponent divided by {2 * hs / k:.4g} instead of hs = {hs} "
+            "(your values are that rotation exactly)")
 
 
 def _judge_rope(cases):
@@ -164,7 +183,7 @@ def _judge_rope(cases):
             variants = {ROPE_MISTAKES[f]: known_good_rope(x, positions, flavour=f) for f in ROPE_MISTAKES}
             label = identify(out, variants, tol, tol)
             evidence = first_mismatch(expected, out, tol, tol)
-            label = label or _pairing(run.get("basis"), x.shape[-1])
+            label = label or _pairing(run.get("basis"), x.shape[-1]) or _frequency_read(x, out, positions, tol)
             if label:
                 raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
             shifted = run.get("shifted")
@@ -195,8 +214,7 @@ def _later_positions(case, rng):
     return name, shape, new
 
 
-check_rope, check_rope_hidden = visible_and_hidden("check_rope", _probe_rope, _judge_rope, ROPE_CASES, ROPE_HIDDEN_CASES,
-                                                   _later_positions)
+check_rope, check_rope_hidden = visible_and_hidden("check_rope", _probe_rope, _judge_rope, ROPE_CASES, ROPE_HIDDEN_CASES, _later_positions)
 
 # ---------------------------------------------------------------------------------------------
 # RotarySelfAttention(emb_dim, head_dim, n_heads).forward(x, cache) -> (out, (k, v))

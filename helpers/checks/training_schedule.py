@@ -256,6 +256,10 @@ def _judge(cases):
                 got.append(need(item.get("value"), float))
             need(got, list, len(want))
             bad = [s for s in range(len(want)) if not _close(got[s], want[s])]
+            if cosine and warmup == steps - 1 and warmup in bad and _close(got[warmup], min_lr):
+                # the decay has no step: the first step after the warm-up is also the last update, where
+                # the docstring asks for lr (the wave's start) and min_lr (its end): either is right
+                bad.remove(warmup)
             if not bad:
                 continue
             first = bad[0]
