@@ -30,8 +30,9 @@ def cmd_grade(args) -> int:
     out = args.out.resolve()
     if out == submitted.resolve() or submitted.resolve() in out.parents:
         raise UsageError("--out must not be inside the submissions folder (it is never written to)")
-    from autograder.batch import grade_class, parse_shard
+    from autograder.batch import grade_class
     from autograder.executors import check_executor
+    from autograder.run_folder import parse_shard
 
     shard = parse_shard(args.shard) if args.shard is not None else None
     executor = check_executor(args.executor)  # every usage error before the limits are measured or printed
@@ -64,7 +65,8 @@ def cmd_grade(args) -> int:
     print(summary(frame, not_graded))
     from autograder.intake import CHOSEN, MISPLACED
     from autograder.reports import RENAMED
-    from autograder.term import OFF_ROSTER, attention_counts
+    from autograder.term import OFF_ROSTER
+    from autograder.term_results import attention_counts
 
     found = attention_counts(out, (CHOSEN, MISPLACED, OFF_ROSTER, RENAMED))
     if found:

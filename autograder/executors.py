@@ -6,7 +6,7 @@ order they finish:
 
 ``local`` (the default)
     ``--jobs`` threads in this process; each thread hands its notebook to a fork server of this
-    machine (``autograder.runner``), so student code runs in children of those servers, never here.
+    machine (``autograder.server_pool``), so student code runs in children of those servers, never here.
 
 ``dask://HOST:PORT``
     a running Dask ``distributed`` scheduler (``autograder.dask_executor``, optional extra ``dask``).
@@ -30,7 +30,7 @@ from autograder.grader import grade_notebook
 from autograder.grading import NotebookResult
 from autograder.jobs import Job, Timing, lesson_isolations
 from autograder.protocol import Limits, limits_for
-from autograder.runner import shutdown_servers
+from autograder.server_pool import shutdown_servers
 
 DASK_SCHEME = "dask://"
 

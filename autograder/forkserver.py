@@ -1,4 +1,4 @@
-"""The grading fork server: ``python -m autograder.forkserver`` (started by ``autograder.runner``).
+"""The grading fork server: ``python -m autograder.forkserver`` (started by ``autograder.server_pool``).
 
 It pays for the heavy imports once, then forks a child per job read from stdin. The child
 confines itself and runs the job (``autograder.child.main``); it never returns here. The server

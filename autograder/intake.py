@@ -27,19 +27,20 @@ never becomes a silent 0. The rules, in the order they apply:
 
 A file over the size cap (``--max-notebook-mb``) is never parsed here either: it can still be
 chosen, and is then graded ``invalid`` with a message that names the option.
+
+The matching of an older release's cell ids lives in ``older_release``; this module chooses the
+notebook, checks its ids, and finds the folders and files that are no assignment's.
 """
 
 from __future__ import annotations
 
-import copy
 import difflib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.course import RELEASE, Lesson, cell_source, nbgrader_meta
-from autograder.names import defined_names
+from autograder.course import RELEASE, Lesson, cell_source
+from autograder.older_release import ids_may_differ, match_old_ids, rename_ids
 from autograder.reports import attention_row
 from autograder.submission import MAX_NOTEBOOK_MB, over_cap
 
@@ -52,15 +53,6 @@ AT_PLACE, TOO_DEEP, OUTSIDE = "", "one folder too deep", "outside its assignment
 
 def _norm(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
-
-
-def _is_answer(cell: dict) -> bool:
-    meta = nbgrader_meta(cell)
-    return bool(meta.get("solution")) and not meta.get("grade")
-
-
-def _own_names(source: str) -> set[str]:
-    return {name for name, how in defined_names([source]).items() if how == "defined"}
 
 
 def _hidden(path: Path) -> bool:
@@ -210,7 +202,7 @@ class Intake:
 
     def _checked(self, student: str, lesson: Lesson, path: Path, rows: list[dict], notebook: dict | None = None) -> Pick:
         """The pick of ``path``, graded from a copy with matched ids when it has an older release's."""
-        if notebook is None and _ids_may_differ(path, lesson, self._cap(lesson)):
+        if notebook is None and ids_may_differ(path, lesson, self._cap(lesson)):
             notebook = _read(path)
         if notebook is None:
             return Pick(path, path, rows)
@@ -299,65 +291,3 @@ def _read(path: Path) -> dict | None:
     if not all(isinstance(c, dict) for c in data["cells"]):
         return None
     return data
-
-
-def _ids_may_differ(path: Path, lesson: Lesson, cap_mb: float) -> bool:
-    """False when the file names every exercise's grade_id (read as bytes, not parsed): the usual
-    case costs no parse; True when one is absent (or the file cannot be judged so cheaply)."""
-    try:
-        size = path.stat().st_size
-        if not size or over_cap(size, cap_mb):
-            return False
-        raw = path.read_bytes()
-    except OSError:
-        return False
-    return not all(re.search(rb'"grade_id"\s*:\s*"' + re.escape(gid.encode()) + rb'"', raw) for gid in lesson.exercises)
-
-
-def match_old_ids(lesson: Lesson, notebook: dict) -> tuple[dict[str, str], list[str], list[str]]:
-    """``({old id: exercise}, [old ids left unmatched], [exercises left missing])`` for a notebook
-    whose answer cells carry ids the lesson does not have (see the module's rules)."""
-    answers = [(nbgrader_meta(c).get("grade_id"), cell_source(c)) for c in notebook["cells"] if _is_answer(c)]
-    answers = [(gid, src) for gid, src in answers if isinstance(gid, str)]
-    ours = list(lesson.exercises)
-    have = {gid for gid, _ in answers}
-    missing = [e for e in ours if e not in have]
-    strangers = [(gid, src) for gid, src in answers if gid not in lesson.exercises]
-    if not missing or not strangers or len({gid for gid, _ in strangers}) != len(strangers):
-        return {}, [], []
-    solution = lesson.solution_answers()
-    wanted = {e: _own_names(solution.get(e, "")) for e in missing}
-    offered = {gid: _own_names(src) for gid, src in strangers}
-    mapping: dict[str, str] = {}
-    for gid, names in offered.items():  # by content: the names both define, one to one
-        fits = [e for e in missing if names & wanted[e]]
-        if len(fits) == 1 and [g for g, n in offered.items() if n & wanted[fits[0]]] == [gid]:
-            mapping[gid] = fits[0]
-    left = [gid for gid, _ in strangers if gid not in mapping]
-    needed = [e for e in missing if e not in mapping.values()]
-    if left and len(left) == len(needed):  # by position
-        order = [mapping.get(gid, gid) for gid, _ in answers]
-        trial = dict(zip(left, needed, strict=True))
-        if len(left) == 1 or [trial.get(gid, gid) for gid in order] == ours:
-            mapping.update(trial)
-    left = [gid for gid, _ in strangers if gid not in mapping]
-    needed = [e for e in missing if e not in mapping.values()]
-    return mapping, left, needed
-
-
-def rename_ids(lesson: Lesson, notebook: dict, mapping: dict[str, str]) -> dict:
-    """A copy of ``notebook`` with its answer cells' ids renamed by ``mapping``, without the older
-    release's test cells (the course's own tests run in their place, as for every submission)."""
-    ours = {t.grade_id for t in lesson.tests()}
-    renamed = copy.deepcopy(notebook)
-    kept = []
-    for cell in renamed["cells"]:
-        meta = nbgrader_meta(cell)
-        gid = meta.get("grade_id")
-        if _is_answer(cell) and gid in mapping:
-            meta["grade_id"] = mapping[gid]
-        elif meta.get("grade") and not meta.get("solution") and cell.get("cell_type") == "code" and gid not in ours:
-            continue
-        kept.append(cell)
-    renamed["cells"] = kept
-    return renamed

@@ -27,8 +27,9 @@ from autograder.course import Lesson, lessons
 from autograder.grading import exit_reason
 from autograder.jobs import lesson_isolations
 from autograder.protocol import DONE, LessonLimits, Limits
-from autograder.runner import run_steps, shutdown_servers
+from autograder.runner import run_steps
 from autograder.sandbox import Isolation, data_problem, resolve_mode
+from autograder.server_pool import shutdown_servers
 from autograder.submission import build_program
 
 FACTOR = 10.0

@@ -2,7 +2,7 @@
 
 Each shard's output folder holds its reports, its cached results (``.cache/``, one JSON file per
 notebook, keyed by everything that decides the grade), ``jobs.csv`` and, written last,
-``grading.json`` (``batch.MANIFEST``): the course fingerprint, the limits and sandbox, the
+``grading.json`` (``run_folder.MANIFEST``): the course fingerprint, the limits and sandbox, the
 assignments, the class roster's digest, ``i/N`` and the key of every notebook it graded.
 
 The merge refuses, with one line, anything that would not give the result of one run: a folder
@@ -22,23 +22,23 @@ import shutil
 import sys
 from pathlib import Path
 
-from autograder.batch import (
+from autograder.course import CourseError, course_fingerprint, lessons
+from autograder.protocol import limits_from_data
+from autograder.run_folder import (
     CACHE,
     JOB_COLUMNS,
     JOBS,
     MANIFEST,
     MANIFEST_FORMAT,
-    _load,
     cache_name,
+    load_cached,
     manifest,
     roster_digest,
     shard_of,
     write_jobs,
     write_manifest,
 )
-from autograder.course import CourseError, course_fingerprint, lessons
-from autograder.protocol import limits_from_data
-from autograder.term import (
+from autograder.term_results import (
     RESULTS,
     adopt_earlier,
     read_record,
@@ -158,7 +158,7 @@ def merge_shards(folders: list[Path], out: Path, *, gradebook: str | None = None
         elsewhere += submission_rows(folder)
         for student, assignment, key in data["graded"]:
             source = folder / CACHE / cache_name(student, assignment)
-            result = _load(source, key)
+            result = load_cached(source, key)
             if result is None:
                 raise MergeError(f"{folder} has no result for {student}/{assignment} (its {CACHE} folder is incomplete or changed)")
             results.append(result)

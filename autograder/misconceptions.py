@@ -1,7 +1,7 @@
 """The class's misconceptions: which mistakes how many students made, per assignment and exercise.
 
 ``write_misconceptions`` writes three files into a grading run's output folder, rebuilt with the
-other reports from every assignment graded into it (``autograder.term.rebuild``):
+other reports from every assignment graded into it (``autograder.term_results.rebuild``):
 
 * ``misconceptions.csv``: one row per (assignment, exercise, mistake): the mistake's words, how
   many students made it, and their ids joined with ``;``. Most common first within an exercise.

@@ -17,27 +17,24 @@ The parent kills the whole process group when the wall-clock limit passes, then 
 lines with a size limit and decodes them field by field (``helpers.checks.core.decode``). The
 verdict comes from the judges, run in the parent. What this stops and what it does not is
 written down in README ("Grading and its threat model").
+
+The fork servers themselves (starting, pooling, stopping them, the job's round trip) are in
+``server_pool``; this module is the job: its steps, limits and reruns, and its results read back.
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import select
-import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autograder.protocol import COURSE, MAX_RESULTS_BYTES, OUTPUT, RESULTS, Limits, Step
-from autograder.sandbox import JOB_BASE, Isolation, env_for_server
+from autograder.sandbox import Isolation
+from autograder.server_pool import ServerLost, acquire, release
 
 MAX_STUCK = 3  # steps that swallow their alarm, each removed and the notebook run again
 MIN_RERUN_S = 5.0  # a rerun after a stuck step needs at least this much of the notebook's wall-clock limit
@@ -61,148 +58,6 @@ class JobResult:
             if isinstance(line, dict) and line.get("step") == step_id:
                 return line
         return None
-
-
-class ServerLost(RuntimeError):
-    """The fork server died or answered garbage in the middle of a job (a job that reached it)."""
-
-
-class ForkServer:
-    """A process that imports torch and the checks once, then forks one child per job.
-
-    Protocol on its stdin/stdout, one JSON line each: the parent sends a job; the server answers
-    ``{"exit": code, "timed_out": bool}`` once the child has ended or been killed for time. The
-    server does the killing itself: inside a sandbox its process ids are not the grader's.
-    """
-
-    def __init__(self, isolation: Isolation):
-        self.isolation = isolation
-        self.job_base = tempfile.mkdtemp(prefix="server-", dir=isolation.base)
-        prefix = [part.replace(JOB_BASE, self.job_base) for part in isolation.prefix]
-        command = [*prefix, sys.executable, "-m", "autograder.forkserver"]
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env_for_server(), start_new_session=True,
-        )
-        ready = self._read(timeout=180)
-        if ready != {"ready": True}:
-            self.close()
-            raise RuntimeError(f"the grading fork server did not start ({' '.join(command[:3])} ...)")
-
-    def _read(self, timeout: float) -> dict | None:
-        out = self.process.stdout
-        ready, _, _ = select.select([out], [], [], max(0.0, timeout))
-        if not ready:
-            return None
-        line = out.readline(64 * 1024)
-        if not line:
-            raise ServerLost("the grading fork server stopped")
-        try:
-            answer = json.loads(line)
-        except (ValueError, RecursionError):
-            raise ServerLost("the grading fork server said something that is not its answer") from None
-        if not isinstance(answer, dict):
-            raise ServerLost("the grading fork server said something that is not its answer")
-        return answer
-
-    def run(self, payload: list, workdir: str, limits: Limits) -> tuple[int | None, bool, int | None, bool]:
-        """Run one job; returns (exit code or None if killed for time, timed_out, the index of
-        the step that outlived its alarm and was killed, or None, and whether that step went on
-        after its alarm fired rather than being stuck in one call)."""
-        request = {"payload": payload, "workdir": workdir, "limits": asdict(limits)}
-        self.process.stdin.write((json.dumps(request) + "\n").encode())
-        self.process.stdin.flush()
-        answer = self._read(timeout=limits.wall_s + 60)
-        if answer is None:  # the server itself is stuck: end it and everything under it
-            self.close(force=True)
-            return None, True, None, False
-        stuck = answer.get("stuck")
-        exit_code = answer.get("exit")
-        if not isinstance(exit_code, (int, type(None))) or not isinstance(stuck, (int, type(None))):
-            raise ServerLost("the grading fork server's answer is malformed")
-        return (None if answer.get("timed_out") else exit_code), bool(answer.get("timed_out")), stuck, bool(answer.get("swallowed"))
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def close(self, force: bool = False) -> None:
-        self._stop(force)
-        shutil.rmtree(self.job_base, ignore_errors=True)
-
-    def _stop(self, force: bool) -> None:
-        if self.process.poll() is None and not force:
-            self.process.stdin.close()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                force = True
-        if force and self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.process.wait(10)
-
-
-_idle: dict[str, list[ForkServer]] = {}
-_all: list[ForkServer] = []
-_lock = threading.Lock()
-
-
-def _acquire(isolation: Isolation) -> ForkServer:
-    with _lock:
-        pool = _idle.setdefault(isolation.key, [])
-        while pool:
-            server = pool.pop()
-            if server.alive():
-                return server
-    server = ForkServer(isolation)
-    with _lock:
-        _all.append(server)
-    return server
-
-
-def _release(server: ForkServer) -> None:
-    with _lock:
-        if server.alive():
-            _idle.setdefault(server.isolation.key, []).append(server)
-
-
-@atexit.register
-def shutdown() -> None:
-    """Stop every fork server (called at exit; safe to call twice)."""
-    with _lock:
-        servers = list(_all)
-        _all.clear()
-        _idle.clear()
-    for server in servers:
-        server.close()
-
-
-def shutdown_servers(key: str) -> None:
-    """Stop the fork servers of one isolation (their job folders go with them)."""
-    with _lock:
-        servers = [s for s in _all if s.isolation.key == key]
-        for server in servers:
-            _all.remove(server)
-        _idle.pop(key, None)
-    for server in servers:
-        server.close()
-
-
-def start_servers(isolation: Isolation, count: int) -> int:
-    """Start fork servers of ``isolation`` in this thread until ``count`` of them are alive, and keep
-    them for later jobs; returns how many it started. A sandboxed server ends with the thread that
-    started it (bubblewrap's --die-with-parent): call this from a thread that outlives the servers."""
-    with _lock:
-        alive = sum(1 for s in _all if s.isolation.key == isolation.key and s.alive())
-    started = 0
-    for _ in range(count - alive):
-        server = ForkServer(isolation)
-        with _lock:
-            _all.append(server)
-        _release(server)
-        started += 1
-    return started
 
 
 def default_isolation() -> Isolation:
@@ -268,7 +123,7 @@ def run_steps(
 
 
 def _run_once(steps: list[Step], limits: Limits, isolation: Isolation) -> tuple[JobResult, int | None, bool]:
-    server = _acquire(isolation)
+    server = acquire(isolation)
     try:
         with tempfile.TemporaryDirectory(prefix="job-", dir=server.job_base) as workdir:
             os.chmod(workdir, 0o700)
@@ -288,7 +143,7 @@ def _run_once(steps: list[Step], limits: Limits, isolation: Isolation) -> tuple[
     except BaseException:
         server.close(force=True)
         raise
-    _release(server)
+    release(server)
     return result, stuck, swallowed
 
 

@@ -27,15 +27,16 @@ from pathlib import Path
 
 from grading_class import ASSIGNMENT, LIMITS, build_class
 
-from autograder.batch import JOBS, grade_class
+from autograder.batch import grade_class
 from autograder.course import find_course_root
+from autograder.run_folder import JOBS
 
 
 def servers_started(dask_worker) -> int:
     """Run on each worker: the fork servers its course service has started so far."""
-    from autograder.dask_executor import _services
+    from autograder.dask_worker import service_at
 
-    service = _services.get(dask_worker.address)
+    service = service_at(dask_worker.address)
     return 0 if service is None else service.servers_started
 
 

@@ -33,7 +33,7 @@ from autograder.course import RELEASE, find_course_root, lessons
 from autograder.demo import demo_mistakes
 from autograder.merge import merge_shards
 from autograder.protocol import Limits
-from autograder.runner import shutdown
+from autograder.server_pool import shutdown
 
 ASSIGNMENT = "03-self-attention"
 LIMITS = Limits(wall_s=600, cell_s=60, memory_mb=3072)  # the defaults of `transformer-course grade`

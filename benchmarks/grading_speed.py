@@ -23,7 +23,7 @@ from autograder.batch import grade_class
 from autograder.course import find_course_root
 from autograder.demo import build_demo_class
 from autograder.protocol import Limits
-from autograder.runner import shutdown
+from autograder.server_pool import shutdown
 
 
 def build_class(root: Path, folder: Path, copies: int, assignment: str) -> int:

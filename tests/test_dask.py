@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from harness import ROOT
 
-from autograder.batch import CACHE, JOB_COLUMNS, JOBS
 from autograder.cli import main
 from autograder.course import course_fingerprint, lessons
 from autograder.demo import build_demo_class
 from autograder.executors import scheduler_address
 from autograder.jobs import Job
 from autograder.protocol import Limits
+from autograder.run_folder import CACHE, JOB_COLUMNS, JOBS
 
 STUDENTS = {"ada-correct", "ben-blank", "lea-raises", "max-not-a-notebook", "noa-nothing-submitted"}
 # graded on the client, never sent to a worker: nothing of them runs

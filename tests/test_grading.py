@@ -171,8 +171,9 @@ def test_check_exits_nonzero_on_the_blank_and_zero_on_the_solution(capsys):
 
 @pytest.mark.slow
 def test_an_interrupted_run_resumes_and_a_changed_submission_is_regraded(tmp_path):
-    from autograder.batch import CACHE, grade_class
+    from autograder.batch import grade_class
     from autograder.protocol import Limits
+    from autograder.run_folder import CACHE
 
     submitted = build_demo_class(ROOT, tmp_path / "submitted")
     out = tmp_path / "out"

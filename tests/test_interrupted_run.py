@@ -17,7 +17,7 @@ import pytest
 from harness import ROOT
 from test_shards import report_digest, small_class
 
-from autograder.batch import CACHE, JOBS, MANIFEST
+from autograder.run_folder import CACHE, JOBS, MANIFEST
 
 ASSIGNMENT = "03-self-attention"
 #: a correct answer, a blank one, three mistakes and an infinite loop (seconds, until its alarm): the

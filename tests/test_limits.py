@@ -163,8 +163,9 @@ def test_a_lesson_that_cannot_be_measured_leaves_the_others_measured(monkeypatch
 
 
 def test_limits_measured_and_limits_read_back_give_the_same_cache_keys(monkeypatch, tmp_path):
-    from autograder.batch import _key, with_salt
+    from autograder.batch import with_salt
     from autograder.protocol import limits_data
+    from autograder.run_folder import cache_key
 
     monkeypatch.setattr("autograder.limits.run_steps", lambda steps, *a, **k: fake_job(steps))
     fresh = course_limits(ROOT, [A], Limits(), "none", tmp_path)  # measured: 10 x 0.04 s, rounded up to 5 s
@@ -173,15 +174,15 @@ def test_limits_measured_and_limits_read_back_give_the_same_cache_keys(monkeypat
     assert fresh.get(A).cell_s == 5.0 and isinstance(fresh.get(A).cell_s, float)
     assert json.dumps(limits_data(fresh)) == json.dumps(limits_data(kept))
     lesson = load_lesson(SOLUTION, A)
-    assert _key("course", lesson, None, with_salt(fresh, 7), "none") == _key("course", lesson, None, with_salt(kept, 7), "none")
+    assert cache_key("course", lesson, None, with_salt(fresh, 7), "none") == cache_key("course", lesson, None, with_salt(kept, 7), "none")
 
 
 def test_grade_skips_the_lesson_it_cannot_measure_and_grades_the_rest(monkeypatch, tmp_path, capsys):
     import pandas as pd
 
-    from autograder.batch import JOBS, MANIFEST
     from autograder.cli import main
     from autograder.cli_grade import NOT_ALL_GRADED
+    from autograder.run_folder import JOBS, MANIFEST
 
     submitted = tmp_path / "submitted"
     for student in ("ann", "bob"):  # not notebooks: graded as `invalid` without running anything

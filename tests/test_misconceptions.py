@@ -22,7 +22,7 @@ from autograder.misconceptions import (
     plot_misconceptions,
     write_misconceptions,
 )
-from autograder.term import rebuild, store
+from autograder.term_results import rebuild, store
 
 HEAD = "AttentionHead(emb_dim=7, head_dim=3) on x of shape (2, 6, 7)"
 NO_SCALING = f"{HEAD}: you forgot to scale the scores by 1/sqrt(head_dim). Evidence: 27 of 36 entries differ; got {{}}"

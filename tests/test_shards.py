@@ -8,10 +8,10 @@ import shutil
 import pytest
 from harness import ROOT
 
-from autograder.batch import CACHE, JOB_COLUMNS, JOBS, MANIFEST, parse_shard, shard_of
 from autograder.cli import main
 from autograder.course import CourseError
 from autograder.demo import build_demo_class
+from autograder.run_folder import CACHE, JOB_COLUMNS, JOBS, MANIFEST, parse_shard, shard_of
 
 # files that record when and where a run happened (the only ones allowed to differ)
 TIMED = {JOBS}

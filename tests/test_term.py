@@ -16,18 +16,12 @@ from autograder.batch import grade_class, with_notebook_cap
 from autograder.catalogue import with_answers
 from autograder.cli import main
 from autograder.course import RELEASE, CourseError
-from autograder.intake import CHOSEN, MISPLACED, match_old_ids, rename_ids
+from autograder.intake import CHOSEN, MISPLACED
+from autograder.older_release import match_old_ids, rename_ids
 from autograder.protocol import LessonLimits, Limits
 from autograder.reports import NOT_GRADED, RENAMED, page_names
-from autograder.term import (
-    OFF_ROSTER,
-    RESULTS,
-    gradebook_students,
-    read_record,
-    read_roster,
-    record_file,
-    store,
-)
+from autograder.term import OFF_ROSTER, gradebook_students, read_roster
+from autograder.term_results import RESULTS, read_record, record_file, store
 
 A, B = "03-self-attention", "02-language-models"  # two lessons that grade in a second or two
 LIMITS = Limits(wall_s=60, cell_s=3)
