@@ -135,6 +135,12 @@ class CatalogueTests:
         assert_costs_only_its_exercise(graded, mistake, m.exercise, m.feedback_says)
 
     @pytest.mark.slow
+    def test_hidden_only_mistake_loses_the_hidden_points(self, graded, hidden_only):
+        m = self.catalogue.hidden_only[hidden_only]
+        hidden = sum(t.points for t in self.catalogue.lesson.exercises[m.exercise].tests if t.hidden)
+        assert_costs_only_its_exercise(graded, hidden_only, m.exercise, m.feedback_says, lost=hidden)
+
+    @pytest.mark.slow
     def test_alternative_correct_answers_get_full_marks(self, graded, alternative):
         for exercise in self.catalogue.alternatives[alternative]:
             r = row(graded, alternative, exercise)
@@ -162,16 +168,6 @@ def requirement_sentences(assignment: str) -> dict[str, list[str]]:
     return {k: v for k, v in found.items() if v}
 
 
-class HiddenOnlyTests(CatalogueTests):
-    """``CatalogueTests`` for a catalogue with ``hidden_only`` mistakes."""
-
-    @pytest.mark.slow
-    def test_hidden_only_mistake_loses_the_hidden_points(self, graded, hidden_only):
-        m = self.catalogue.hidden_only[hidden_only]
-        hidden = sum(t.points for t in self.catalogue.lesson.exercises[m.exercise].tests if t.hidden)
-        assert_costs_only_its_exercise(graded, hidden_only, m.exercise, m.feedback_says, lost=hidden)
-
-
 def generate_catalogue_tests(metafunc) -> None:
     """Parametrize ``CatalogueTests``' tests by the names in the class's catalogue."""
     catalogue = getattr(metafunc.cls, "catalogue", None)
@@ -180,4 +176,8 @@ def generate_catalogue_tests(metafunc) -> None:
     for argument, names in (("mistake", catalogue.mistakes), ("hidden_only", catalogue.hidden_only),
                             ("alternative", catalogue.alternatives)):
         if argument in metafunc.fixturenames:
+            if not names:  # shown as one skipped test that says why, not silently absent
+                metafunc.parametrize(argument, [pytest.param(None, marks=pytest.mark.skip(
+                    reason=f"{catalogue.assignment}'s catalogue has no {argument.replace('_', '-')} entry"))])
+                continue
             metafunc.parametrize(argument, sorted(names))

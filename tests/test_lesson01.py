@@ -1,10 +1,10 @@
 """Lesson 01: every catalogued mistake loses exactly its exercise's points and is named;
 correct answers written differently get full marks."""
 
-from harness import HiddenOnlyTests, catalogue
+from harness import CatalogueTests, catalogue
 
 A = "01-tokens-and-embeddings"
 
 
-class TestCatalogue(HiddenOnlyTests):
+class TestCatalogue(CatalogueTests):
     catalogue = catalogue(A)

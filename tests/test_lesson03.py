@@ -3,7 +3,7 @@ correct answers written differently get full marks."""
 
 import pytest
 import torch
-from harness import HiddenOnlyTests, catalogue
+from harness import CatalogueTests, catalogue
 
 from helpers.checks.attention import check_attention_head, course_mask_in, known_good_causal_mask
 
@@ -64,5 +64,5 @@ def test_the_head_check_lends_the_head_a_correct_mask_and_gives_the_students_bac
         assert torch.isneginf(scope["apply_causal_mask"](torch.zeros(3, 3), 3)).sum() == 6
 
 
-class TestCatalogue(HiddenOnlyTests):
+class TestCatalogue(CatalogueTests):
     catalogue = catalogue(A)

@@ -7,7 +7,7 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import HiddenOnlyTests, catalogue
+from harness import CatalogueTests, catalogue
 from torch import nn
 
 from helpers.checks import multihead as checks
@@ -116,5 +116,5 @@ def test_mistakes_the_checks_name_are_distinguishable(kind):
                 assert out.shape != out2.shape or not close(out, out2, 1e-6, 1e-6), (label, other)
 
 
-class TestCatalogue(HiddenOnlyTests):
+class TestCatalogue(CatalogueTests):
     catalogue = catalogue(A)

@@ -2,7 +2,7 @@
 correct answers written differently get full marks; the reference's filters behave as documented."""
 
 import torch
-from harness import HiddenOnlyTests, catalogue
+from harness import CatalogueTests, catalogue
 
 from helpers.reference.sampling import sample_next, top_k_filter, top_p_filter
 
@@ -91,5 +91,5 @@ def test_the_model_is_called_gpt2_style():
     assert "GPT-2-style" in texts
 
 
-class TestCatalogue(HiddenOnlyTests):
+class TestCatalogue(CatalogueTests):
     catalogue = catalogue(A)

@@ -4,7 +4,7 @@ change nothing at their defaults."""
 
 import pytest
 import torch
-from harness import HiddenOnlyTests, catalogue
+from harness import CatalogueTests, catalogue
 
 from helpers.reference.gpt2 import GPT2_SMALL, GPT2_SPLIT, bytes_to_unicode
 from helpers.reference.transformer_lm import Config, TransformerLM
@@ -38,5 +38,5 @@ def test_byte_table_and_pre_split():
     assert GPT2_SPLIT.findall("I'm here  now\n\n 12a!") == ["I", "'m", " here", " ", " now", "\n\n", " 12", "a", "!"]
 
 
-class TestCatalogue(HiddenOnlyTests):
+class TestCatalogue(CatalogueTests):
     catalogue = catalogue(A)
