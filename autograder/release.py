@@ -179,7 +179,7 @@ def current_lessons(root: Path, target: Path) -> set[str]:
     return current
 
 
-def _write_stamps(root: Path, target: Path) -> None:
+def write_stamps(root: Path, target: Path) -> None:
     stamps = {}
     for lesson in lessons(root):
         released = target / lesson.assignment / lesson.filename
@@ -221,7 +221,7 @@ def release(root: Path, out_dir: Path | None = None, write_reference: bool = Tru
             shutil.rmtree(stale)
             changed.append(f"removed {stale}")
     if out_dir is None:
-        _write_stamps(root, target)
+        write_stamps(root, target)
     return changed
 
 

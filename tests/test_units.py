@@ -448,7 +448,7 @@ def test_release_regenerates_only_what_changed_since_it_wrote_it(tmp_path):
     """``release`` skips nbgrader for a lesson whose sources and release are what it stamped."""
     import shutil
 
-    from autograder.release import _write_stamps, current_lessons
+    from autograder.release import current_lessons, write_stamps
 
     root = Path(__file__).resolve().parents[1]
     course = tmp_path / "course"
@@ -458,7 +458,7 @@ def test_release_regenerates_only_what_changed_since_it_wrote_it(tmp_path):
     shutil.copy(root / "nbgrader_config.py", course / "nbgrader_config.py")
     target = course / "notebooks"
     assert current_lessons(course, target) == set()  # nothing stamped yet: everything is made
-    _write_stamps(course, target)
+    write_stamps(course, target)
     assert current_lessons(course, target) == {"01-tokens-and-embeddings", "03-self-attention"}
 
     solution = course / "solutions" / "01-tokens-and-embeddings" / "01-tokens-and-embeddings.ipynb"
@@ -467,5 +467,5 @@ def test_release_regenerates_only_what_changed_since_it_wrote_it(tmp_path):
     released.write_text(released.read_text(encoding="utf-8") + " ", encoding="utf-8")  # edited by hand
     assert current_lessons(course, target) == set()
     (course / "nbgrader_config.py").write_text("c = get_config()\n", encoding="utf-8")
-    _write_stamps(course, target)
+    write_stamps(course, target)
     assert current_lessons(course, target) == {"01-tokens-and-embeddings", "03-self-attention"}

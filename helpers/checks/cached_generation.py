@@ -113,25 +113,28 @@ def _cached_positions(T0: int, n: int, max_len: int) -> int:
 def _mistaken(model, ids, n, options, flavour):
     """What four classic mistakes generate: new tokens at position 0 ("zero"), a cache slid past max_len
     ("slide"), each token sampled from the logits of the input's first position ("first"), the
-    from-scratch window cut from the start of the text instead of its end ("head")."""
+    from-scratch window cut from the start of the text instead of its end ("head"): the ids it
+    generates, and how many positions (per layer) its loop computes."""
     max_len = model.config.max_len
     ids = ids if ids.dim() == 2 else ids.unsqueeze(0)
-    caches = None
+    caches, computed = None, 0  # and the positions the loop computes (per layer)
     with torch.no_grad():
         for _ in range(n):
             T = 0 if caches is None else caches[0][0].shape[2]
             if caches is None or (flavour != "slide" and T >= max_len):
                 context = ids[:, :max_len] if flavour == "head" else ids[:, -max_len:]
                 logits, caches = known_good_forward_cached(model, context, None, torch.arange(context.shape[1]))
+                computed += context.shape[1]
             else:
                 if T >= max_len:  # "slide": drop the oldest cached position, keep the last position id
                     caches = [(k[:, :, 1:], v[:, :, 1:]) for k, v in caches]
                     T = max_len - 1
                 position = torch.tensor([0 if flavour == "zero" else T])
                 logits, caches = known_good_forward_cached(model, ids[:, -1:], caches, position)
+                computed += 1
             next_ids = sampling.sample_next(logits[:, 0 if flavour == "first" else -1], **options)
             ids = torch.cat([ids, next_ids.unsqueeze(1)], dim=1)
-    return ids
+    return ids, computed
 
 
 def _judge_generate(cases):
@@ -183,6 +186,7 @@ def _judge_generate(cases):
                 bad = (got != want).any(dim=0).nonzero()
                 i = int(bad[0]) if len(bad) else 0
                 named = []
+                steps = sum(int(c.get("T_new", 0)) for c in run.get("calls") or [] if isinstance(c, dict)) // L
                 for flavour, words in (("zero", "every new token was given position 0: the positions must continue "
                                         "from the cache, T_past for the token that follows T_past cached ones"),
                                        ("slide", "past max_len the cache slid (the oldest position dropped, the "
@@ -195,15 +199,12 @@ def _judge_generate(cases):
                                        ("head", "past max_len the window run from scratch was the first max_len "
                                         "tokens, ids[:, :max_len], not the last: the next token follows the "
                                         "end of the text, ids[:, -max_len:]")):
-                    variant = _mistaken(model, prompt, n, {**options, "generator": torch.Generator().manual_seed(seed)}, flavour)
-                    if torch.equal(variant.reshape(got.shape), got.long()):
+                    variant, work = _mistaken(model, prompt, n, {**options, "generator": torch.Generator().manual_seed(seed)}, flavour)
+                    if torch.equal(variant.reshape(got.shape), got.long()) and work == steps:
                         named.append((flavour, words))
-                if {f for f, _ in named} == {"slide", "head"}:  # the same ids here: the work done tells them apart
-                    steps = sum(int(c.get("T_new", 0)) for c in run.get("calls") or [] if isinstance(c, dict)) // L
-                    one_each = steps == min(shape[-1], max_len) + n - 1  # a slid cache computes one position a step
-                    named = [(f, w) for f, w in named if (f == "slide") == one_each]
-                # a cause is stated only when one mistake alone reproduces every id (and the work done);
-                # when several do, what was established is said instead
+                # a cause is stated only when one mistake alone reproduces every id and the positions the
+                # loop computed (a slid cache and a window cut from the start can give the same ids);
+                # when none or several do, what was established is said instead
                 label = f" {named[0][1][0].upper()}{named[0][1][1:]}." if len(named) == 1 else ""
                 if not label and i >= max_len + 1:
                     label = (f" The tokens agree until the text outgrows max_len = {max_len}: past max_len, run "

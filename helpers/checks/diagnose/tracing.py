@@ -179,6 +179,15 @@ def _residual_around(extra: str | None, want: torch.Tensor, earlier: dict, atol:
             "residual inside).")
 
 
+def _traced(key: str) -> tuple[bool, str, str, str]:
+    """A trace key in words: whether it is an input, the submodule's name, its label (the name and
+    what it is), and the value ('the output of layers.0 (block 0)')."""
+    is_input, name = key.endswith(" (input)"), key.removesuffix(" (input)")
+    gloss = _gloss(name)
+    label = f"{name} ({gloss})" if gloss else name
+    return is_input, name, label, f"the input of {label}" if is_input else f"the output of {label}"
+
+
 def first_divergence(
     student_trace: dict[str, torch.Tensor], reference_trace: dict[str, torch.Tensor], atol: float, rtol: float,
     known: dict[str, torch.Tensor] | None = None,
@@ -192,11 +201,7 @@ def first_divergence(
         return None
     earlier = dict(known or {})
     for key, want in reference_trace.items():
-        is_input = key.endswith(" (input)")
-        name = key.removesuffix(" (input)")
-        gloss = _gloss(name)
-        label = f"{name} ({gloss})" if gloss else name
-        value = f"the input of {label}" if is_input else f"the output of {label}"
+        is_input, name, label, value = _traced(key)
         before = (
             "every submodule's output before it matches, so the wrong step is in the code between "
             "those calls" if is_input else "everything before it matches"
@@ -230,9 +235,5 @@ def difference_from(got: torch.Tensor, expected: torch.Tensor, reference_trace: 
     reference computed on the way ('plus minus 0.5 × the output of mlp'), that value; else None."""
     candidates = dict(known or {})
     for key, value in reference_trace.items():
-        is_input = key.endswith(" (input)")
-        name = key.removesuffix(" (input)")
-        gloss = _gloss(name)
-        label = f"{name} ({gloss})" if gloss else name
-        candidates.setdefault(f"the input of {label}" if is_input else f"the output of {label}", value)
+        candidates.setdefault(_traced(key)[3], value)
     return _as_multiple(got.double() - expected.double(), candidates, atol, rtol)
