@@ -331,12 +331,18 @@ def test_the_gradebook_s_students_are_the_class(tmp_path, monkeypatch):
     assert written[db] == [("ann", A), ("dot", A)]
 
 
-def test_a_notebook_over_the_size_cap_names_the_option(tmp_path):
+def _one_big_notebook(tmp_path):
+    """ann's solved notebook with 1.5 MiB of saved output: the submissions folder."""
     big = solved(A)
     big["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": 1, "source": "print('x')",
                          "outputs": [{"output_type": "stream", "name": "stdout", "text": "x" * (3 * 2**20 // 2)}]})
     submitted = tmp_path / "submitted"
     put(submitted / "ann" / A / FILE_A, big)
+    return submitted
+
+
+def test_a_notebook_over_the_size_cap_names_the_option(tmp_path):
+    submitted = _one_big_notebook(tmp_path)
     frame = quick(submitted, tmp_path / "out", limits=Limits(wall_s=60, cell_s=3, notebook_mb=1), only=[A])
     assert set(frame.status) == {"invalid"}
     message = frame.message.iloc[0]
@@ -349,11 +355,7 @@ def test_a_notebook_over_the_size_cap_names_the_option(tmp_path):
 
 @pytest.mark.slow
 def test_a_notebook_under_a_raised_cap_is_graded(tmp_path):
-    big = solved(A)
-    big["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": 1, "source": "print('x')",
-                         "outputs": [{"output_type": "stream", "name": "stdout", "text": "x" * (3 * 2**20 // 2)}]})
-    submitted = tmp_path / "submitted"
-    put(submitted / "ann" / A / FILE_A, big)
+    submitted = _one_big_notebook(tmp_path)
     frame = quick(submitted, tmp_path / "out", limits=Limits(wall_s=60, cell_s=3, notebook_mb=2), only=[A])
     assert set(frame.status) == {"passed"}
 
