@@ -39,21 +39,22 @@ SELF_CHECK_HEADING = re.compile(r"^\s*#+\s*Check all your answers", re.I)
 
 
 def plot_titles(root: Path) -> dict[str, str]:
-    """The default ``title`` of each ``plot_*`` function in ``helpers/plotting.py`` (read, not run)."""
-    path = root / "helpers" / "plotting.py"
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return {}
+    """The default ``title`` of each ``plot_*`` function in the modules of ``helpers/plotting/``
+    (read, not run)."""
     titles = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("plot_"):
-            args = node.args
-            named = list(zip(args.args[len(args.args) - len(args.defaults):], args.defaults, strict=True))
-            named += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
-            for arg, default in named:
-                if arg.arg == "title" and isinstance(default, ast.Constant) and isinstance(default.value, str):
-                    titles[node.name] = default.value
+    for path in sorted((root / "helpers" / "plotting").glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("plot_"):
+                args = node.args
+                named = list(zip(args.args[len(args.args) - len(args.defaults):], args.defaults, strict=True))
+                named += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+                for arg, default in named:
+                    if arg.arg == "title" and isinstance(default, ast.Constant) and isinstance(default.value, str):
+                        titles[node.name] = default.value
     return titles
 
 

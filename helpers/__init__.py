@@ -2,7 +2,8 @@
 
 Modules (import the one you need; nothing is star-imported):
 
-* ``helpers.plotting``  - pictures: query-key products, weights, masks, head grids, loss curves, tokens kept
+* ``helpers.plotting``  - pictures, a module per topic (attention, masks, losses, sampling, tokenizer,
+                          charts): query-key products, weights, masks, head grids, loss curves, tokens kept
 * ``helpers.diagrams``  - the whole model and its parts drawn with their shapes and parameter counts
 * ``helpers.checks``    - the checks behind every exercise's tests, with their diagnoses
 * ``helpers.reference`` - the reference implementation, generated from ``solutions/``
