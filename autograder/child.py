@@ -17,7 +17,6 @@ import resource
 import signal
 import sys
 import time
-import traceback
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -175,6 +174,9 @@ def _watched() -> dict[tuple[str, str], tuple[object, object]]:
         "json": (json, ["dumps"]),
         "helpers.checks.core": (checks_core, ["encode", "recording", "REGISTRY"]),
         "helpers.checks.core.Check": (checks_core.Check, ["record", "__call__"]),
+        # what a step's line is made and written with
+        "helpers.checks.record.Record": (protocol.Record, ["__init__", "__post_init__", "to_json"]),
+        "autograder.protocol.StepLine": (protocol.StepLine, ["__init__", "to_json"]),
     }
     # every global of the check modules (a probe calls their functions: one replaced could forge
     # the data) and every field of every registered check (its probe, its judge)
@@ -235,9 +237,9 @@ def main(payload, workdir: str, limits) -> None:
     namespace["get_ipython"] = lambda: shell
     namespace["display"] = print
 
-    def write(line: dict) -> None:
+    def write(line: protocol.StepLine) -> None:
         try:
-            results.write(_dumps(line, allow_nan=True) + "\n")
+            results.write(_dumps(line.to_json(), allow_nan=True) + "\n")
             results.flush()
         except Exception as exc:  # noqa: BLE001 - e.g. the output limit: say so, once
             os.write(2, f"grader: could not record a result: {exc}\n".encode())
@@ -248,7 +250,7 @@ def main(payload, workdir: str, limits) -> None:
     progress = _progress_fd = os.open(os.path.join(workdir, protocol.PROGRESS), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     for index, (kind, step_id, source) in enumerate(payload):
         _say_running(progress, index)
-        line: dict = {"step": step_id, "kind": kind}
+        ended: dict = {}
         records = None
         if kind == "test":
             namespace.update(registry)  # the course's checks, whatever the notebook bound to the names
@@ -262,34 +264,29 @@ def main(payload, workdir: str, limits) -> None:
             else:
                 _exec(source, namespace, index)
             signal.setitimer(signal.ITIMER_REAL, 0)
-            line["status"] = "ok"
+            ended["status"] = "ok"
         except CellTimeout:
-            line["status"] = "timeout"
-            line["limit_s"] = step_limit
+            ended.update(status="timeout", limit_s=step_limit)
         except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
             signal.setitimer(signal.ITIMER_REAL, 0)
-            line["status"] = "error"
-            line["error"] = _describe(exc)
-            line["not_implemented"] = isinstance(exc, NotImplementedError)
-            line["traceback"] = "".join(traceback.format_exception(exc)[-4:])[-3000:]
+            ended.update(status="error", error=_describe(exc), not_implemented=isinstance(exc, NotImplementedError))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        line["s"] = round(time.monotonic() - started, 3)  # what the step took (informative only)
+        seconds = round(time.monotonic() - started, 3)  # what the step took (informative only)
         try:
             tampered += [c for c in _changed_and_restore(snapshot, registry) if c not in tampered]
             if records is not None:
-                line["records"] = list(records)
-                if tampered:
-                    line["tampered"] = tampered[:20]
+                ended.update(records=tuple(records), tampered=tuple(tampered[:20]))
+            line = protocol.StepLine(step_id, s=seconds, **ended)
         except BaseException as exc:  # noqa: BLE001 - the notebook broke the grader's own code
-            line = {"step": step_id, "kind": kind, "status": "error", "tampered": [f"the grader's code: {_describe(exc)}"]}
+            line = protocol.StepLine(step_id, "error", tampered=(f"the grader's code: {_describe(exc)}",))
         plt.close("all")
         if kind == protocol.COURSE:  # the course's answer: gone before the notebook's next cell runs
             payload[index] = (kind, step_id, "")
             linecache.cache.pop(f"<cell {index}>", None)
         write(line)
     _say_running(progress, len(payload))
-    write({"step": protocol.DONE})
+    write(protocol.StepLine(protocol.DONE))
     results.close()
     sys.stdout.flush()
     os._exit(0)

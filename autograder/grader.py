@@ -68,8 +68,8 @@ def _judged(lesson: Lesson, path: Path, student: str, steps: list[Step], found: 
         tests = [judge_test(t, job, answer_line, code) for t in exercise.tests]
         status = max((t.status for t in tests), key=SEVERITY.__getitem__)
         notes = []
-        if answer_line and answer_line.get("status") == "error":
-            notes.append(f"your answer cell raised {answer_line.get('error')}")
+        if answer_line and answer_line.status == "error":
+            notes.append(f"your answer cell raised {answer_line.error}")
         exercises.append(
             ExerciseResult(exercise.grade_id, status, sum(t.points for t in tests), exercise.max_score, tests, notes)
         )

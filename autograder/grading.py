@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from autograder import lesson_checks  # noqa: F401 - fills the registry of checks
 from autograder.course import Test
 from autograder.names import missing_name_hint
-from autograder.protocol import DONE
+from autograder.protocol import DONE, StepLine
 from autograder.runner import JobResult
 from helpers.checks.core import REGISTRY, CheckFailed, decode
 
@@ -48,16 +48,14 @@ UNINTERRUPTIBLE_MESSAGE = (
 )
 
 
-def _limit(line: dict) -> str:
-    """`` of N s`` for a step line that says its limit (decoded defensively: the child wrote it)."""
-    value = line.get("limit_s")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e6:
-        return f" of {value:g} s"
-    return ""
+def _limit(line: StepLine) -> str:
+    """`` of N s`` for a step line that says a plausible limit (the child wrote it)."""
+    value = line.limit_s
+    return f" of {value:g} s" if value is not None and 0 < value < 1e6 else ""
 
 
-def _stuck_message(line: dict, what: str) -> str:
-    template = STUCK_MESSAGE if line.get("swallowed", True) else UNINTERRUPTIBLE_MESSAGE
+def _stuck_message(line: StepLine, what: str) -> str:
+    template = STUCK_MESSAGE if line.swallowed else UNINTERRUPTIBLE_MESSAGE
     return template.format(what=what, limit=_limit(line))
 
 
@@ -127,7 +125,7 @@ def without_addresses(message: str) -> str:
     return _ADDRESS.sub("", message)
 
 
-def judge_test(test: Test, job: JobResult, answer_line: dict | None, code: tuple[str, ...] = ()) -> TestResult:
+def judge_test(test: Test, job: JobResult, answer_line: StepLine | None, code: tuple[str, ...] = ()) -> TestResult:
     """The result of one test from the child's lines; ``code``: the notebook's code cells, read for
     the names they define when the test could not find one."""
     def result(status: str, message: str) -> TestResult:
@@ -139,8 +137,8 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None, code: tuple
     line = job.step(test.grade_id)
     if job.count(test.grade_id) > 1:
         return result("tampered", "the results of this test were written more than once: forged by the notebook")
-    if answer_line and answer_line.get("status") == "timeout":
-        if answer_line.get("stuck"):
+    if answer_line and answer_line.status == "timeout":
+        if answer_line.stuck:
             return result("timeout", _stuck_message(answer_line, "your answer cell"))
         return result("timeout", f"your answer cell ran past its time limit{_limit(answer_line)} (an infinite loop?)")
     if line is None:
@@ -151,21 +149,22 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None, code: tuple
         if job.step(DONE) is not None:
             return result("tampered", "the results of this test were removed by the notebook")
         return result("crashed", "the notebook stopped before this test ran")
-    if line.get("status") == "timeout":
-        if line.get("stuck"):
+    if line.malformed:
+        return result("tampered", f"the results of this test were not what the grader writes ({line.malformed}): "
+                      "forged by the notebook")
+    if line.status == "timeout":
+        if line.stuck:
             return result("timeout", _stuck_message(line, "the test (running your code)"))
         return result("timeout", f"the test ran past its time limit{_limit(line)} (an infinite loop in your code?)")
-    if line.get("tampered"):
-        return result("tampered", "the notebook replaced what the tests rely on: " + ", ".join(map(str, line["tampered"]))[:500])
-    records = line.get("records")
-    if not isinstance(records, list):
-        records = []
-    names = [r.get("check") for r in records if isinstance(r, dict)]
-    if line.get("status") == "error" and not records:
-        cause = str(line.get("error", "an error"))
-        if answer_line and answer_line.get("status") == "error":
-            cause = f"your answer cell raised {answer_line.get('error')}"
-        if line.get("not_implemented"):
+    if line.tampered:
+        return result("tampered", "the notebook replaced what the tests rely on: " + ", ".join(line.tampered)[:500])
+    records = line.records or ()
+    names = [r.check for r in records]
+    if line.status == "error" and not records:
+        cause = line.error or "an error"
+        if answer_line and answer_line.status == "error":
+            cause = f"your answer cell raised {answer_line.error}"
+        if line.not_implemented:
             return result("failed", "not answered yet (the cell still raises NotImplementedError)")
         hint = "" if cause.startswith("your answer cell") else missing_name_hint(cause, code)
         return result("error", f"the test could not run: {cause}{'' if not hint or cause.endswith('.') else '.'}{hint}")
@@ -176,21 +175,21 @@ def judge_test(test: Test, job: JobResult, answer_line: dict | None, code: tuple
             "the notebook replaced them",
         )
     for record in records:
-        if "error" in record:
-            if record.get("not_implemented"):
+        if record.error is not None:
+            if record.not_implemented:
                 return result("failed", "not answered yet (your code raises NotImplementedError)")
-            return result("error", f"your code raised {record['error']}")
-        if "failed" in record:
-            return result("failed", str(record["failed"]))
+            return result("error", f"your code raised {record.error}")
+        if record.failed is not None:
+            return result("failed", record.failed)
         try:
-            data = decode(record.get("data"))
-            REGISTRY[record["check"]].judge(data)
+            data = decode(record.data)
+            REGISTRY[record.check].judge(data)
         except CheckFailed as exc:
             return result("failed", str(exc))
         except Exception as exc:  # noqa: BLE001 - malformed data: not what a probe writes
             return result("tampered", f"the test's data was not what the check produces ({type(exc).__name__}: {exc})")
-    if line.get("status") == "error":
-        return result("error", f"the test raised {line.get('error')}")
+    if line.status == "error":
+        return result("error", f"the test raised {line.error}")
     return result("passed", "passed")
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from autograder.course import Lesson, lessons
 from autograder.grading import exit_reason
 from autograder.jobs import lesson_isolations
-from autograder.protocol import DONE, LessonLimits, Limits
+from autograder.protocol import DONE, LessonLimits, Limits, StepLine
 from autograder.runner import run_steps
 from autograder.sandbox import Isolation, data_problem, resolve_mode
 from autograder.server_pool import shutdown_servers
@@ -99,9 +99,9 @@ def _failure(job) -> tuple[str, str] | None:
 
     The first failing cell is reported with its whole error: the cells that fail after it mostly
     fail because of it (a name it should have defined), so they are only counted."""
-    failed = [line for line in job.lines if line.get("status") not in ("ok", None) and line.get("step") != DONE]
+    failed = [line for line in job.lines if line.status != "ok" and line.step != DONE]
     if failed:
-        first, later = failed[0], [str(line.get("step")) for line in failed[1:]]
+        first, later = failed[0], [line.step for line in failed[1:]]
         reason = _step_reason(first)
         if later:
             shown = ", ".join(later[:5]) + (", ..." if len(later) > 5 else "")
@@ -117,14 +117,13 @@ def _failure(job) -> tuple[str, str] | None:
     return f"it stopped early ({how}) without an error of its own", CRASH_FIX
 
 
-def _step_reason(line: dict) -> str:
+def _step_reason(line: StepLine) -> str:
     """One failed step of the solution, in words, its error whole."""
-    step = line.get("step")
-    if line.get("status") == "timeout":
-        limit = line.get("limit_s")
-        limit = limit if isinstance(limit, (int, float)) and not isinstance(limit, bool) else CALIBRATION.cell_s
+    step = line.step
+    if line.status == "timeout":
+        limit = line.limit_s if line.limit_s is not None else CALIBRATION.cell_s
         return f"{step} ran past the calibration's limit of {limit:g} s a cell"
-    error = line.get("error") or "; ".join(map(str, line.get("tampered") or ())) or "an error without a message"
+    error = line.error or "; ".join(line.tampered) or line.malformed or "an error without a message"
     problem = data_problem()
     if str(error).startswith("DataUnavailableError") and problem is not None:
         # the child looked in its own throwaway home; the grader's lookup names the real places
@@ -132,11 +131,11 @@ def _step_reason(line: dict) -> str:
     return f"{step} raised {error}"
 
 
-def _step_fix(line: dict) -> str:
+def _step_fix(line: StepLine) -> str:
     """The one step that fixes a failed step of the solution: it depends on how it failed."""
-    if line.get("status") == "timeout":
+    if line.status == "timeout":
         return SLOW_FIX
-    name = str(line.get("error") or "").split(":", 1)[0].strip()
+    name = line.error.split(":", 1)[0].strip()
     return ERROR_FIXES.get(name, ERROR_FIX)
 
 
@@ -149,7 +148,7 @@ def calibrate(lesson: Lesson, base: Limits, isolation: Isolation | None = None) 
     failure = _failure(job)
     if failure is not None:
         raise CalibrationError(lesson.assignment, *failure)
-    timed = [(float(line.get("s", 0.0)), str(line.get("step"))) for line in job.lines if "s" in line]
+    timed = [(line.s, line.step) for line in job.lines if line.s is not None]
     slowest_s, slowest = max(timed, default=(0.0, ""))
     total = sum(s for s, _ in timed)
     graded = set(lesson.exercises) | {t.grade_id for t in lesson.tests()}

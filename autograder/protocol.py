@@ -1,24 +1,31 @@
-"""What the grader's processes say to each other: one place for the files, lines and limits.
+r"""What the grader's processes say to each other: one place for the files, lines and limits.
 
 A grading job crosses three processes. The runner (the grader) sends the fork server a job: the
 program's steps, a job folder and the limits. The server forks a child that runs the steps and
 writes, in the job folder:
 
-* ``RESULTS``: one JSON line per step, ``{"step": id, "kind": "code" | "test", "status": ...,
-  "s": seconds}``, plus ``records`` for a test step (each a check's probe data, see
-  ``RECORD_KEYS``), and a last line ``{"step": DONE}`` when the program ran to its end;
+* ``RESULTS``: one JSON line per step, a :class:`StepLine` (how the step ended, its seconds, and
+  for a test step the checks' :class:`~helpers.checks.record.Record`\ s), and a last line whose
+  step is ``DONE`` when the program ran to its end;
 * ``OUTPUT``: everything the student's code printed;
 * ``PROGRESS``: the index of the step running now, followed by ``ALARM_MARK`` once that step's
   alarm has fired (the server reads it to kill a step that will not stop).
 
 The server answers with the child's exit code and, for a step it killed, its index and whether
 the step went on after its alarm. The judge (in the runner's process) reads the lines back with
-``MAX_RESULTS_BYTES`` at most and trusts none of them beyond their decoded, checked fields.
+``MAX_RESULTS_BYTES`` at most, through :meth:`StepLine.read`, and trusts none of them beyond
+their decoded, checked fields.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
+
+from helpers.checks.record import (  # a check's record is the checks' own: helpers never import the grader
+    MalformedRecord,
+    Record,
+)
 
 RESULTS = "results.jsonl"
 OUTPUT = "output.txt"
@@ -30,10 +37,84 @@ MAX_RESULTS_BYTES = 64 * 1024 * 1024
 
 #: a step's line: how it ended
 LINE_STATUSES = ("ok", "error", "timeout")
-#: the keys of one check's record in a test step's line (``helpers.checks.core.Check.record``):
-#: ``check`` always; then ``data`` (the probe's JSON-ready data), or ``failed`` (the probe found
-#: the object unusable), or ``error``/``not_implemented``/``traceback`` (the student's code raised)
-RECORD_KEYS = ("check", "data", "failed", "error", "not_implemented", "traceback")
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """One line of ``RESULTS``: how one step ended. The child writes one per step it ran; the
+    runner adds one for a step it killed (``stuck``); the judge reads them (:meth:`read`)."""
+
+    step: str  # the step's id (``Step.id``), or DONE
+    status: str = "ok"  # one of LINE_STATUSES
+    s: float | None = None  # seconds the step ran (informative only)
+    error: str = ""  # status "error": ``TypeName: message`` of what the step raised
+    not_implemented: bool = False  # ... and it was the blank answer's NotImplementedError
+    limit_s: float | None = None  # status "timeout": the step's limit
+    records: tuple[Record, ...] | None = None  # a test step's checks, in the order they ran
+    tampered: tuple[str, ...] = ()  # what the notebook replaced of the grader's (a test step)
+    stuck: bool = False  # killed by the runner for running past its alarm (never written by the child)
+    swallowed: bool = False  # ... and it went on after its alarm (a bare except swallowed it)
+    #: set by the reader only: why the line as written is not a step line (the judge calls that tampering)
+    malformed: str = ""
+
+    def to_json(self) -> dict:
+        """The line as written: every field that is not at its default (the step and its status always)."""
+        line: dict[str, Any] = {"step": self.step, "status": self.status}
+        for name in ("s", "limit_s"):
+            if getattr(self, name) is not None:
+                line[name] = getattr(self, name)
+        for name in ("error", "not_implemented", "stuck", "swallowed"):
+            if getattr(self, name):
+                line[name] = getattr(self, name)
+        if self.records is not None:
+            line["records"] = [r.to_json() for r in self.records]
+        if self.tampered:
+            line["tampered"] = list(self.tampered)
+        return line
+
+    @classmethod
+    def read(cls, value: Any) -> StepLine | None:
+        """The step line in ``value`` (decoded JSON), ``None`` for what names no step; a line whose
+        other fields are not what the child writes comes back with ``malformed`` saying why."""
+        if not isinstance(value, dict) or not isinstance(value.get("step"), str):
+            return None
+        step = value["step"]
+        try:
+            return cls(step, **_fields(value))
+        except (MalformedRecord, TypeError, ValueError) as exc:
+            return cls(step, "error", malformed=str(exc))
+
+
+def _fields(value: dict) -> dict:
+    """``value``'s fields but its step, each checked; ``ValueError`` says which one is wrong."""
+    unknown = sorted(set(value) - {"step", "status", "s", "error", "not_implemented", "limit_s", "records", "tampered",
+                                   "stuck", "swallowed"})
+    if unknown:
+        raise ValueError(f"a step line has no field {unknown[0]!r}")
+    status = value.get("status", "ok")
+    if status not in LINE_STATUSES:
+        raise ValueError(f"a step's status is one of {', '.join(LINE_STATUSES)}")
+    found: dict[str, Any] = {"status": status}
+    for name in ("s", "limit_s"):
+        if name in value:
+            number = value[name]
+            if isinstance(number, bool) or not isinstance(number, (int, float)):
+                raise ValueError(f"a step line's {name!r} is a number")
+            found[name] = float(number)
+    for name, kind in (("error", str), ("not_implemented", bool), ("stuck", bool), ("swallowed", bool)):
+        if name in value:
+            if not isinstance(value[name], kind):
+                raise ValueError(f"a step line's {name!r} is a {kind.__name__}")
+            found[name] = value[name]
+    if "records" in value:
+        if not isinstance(value["records"], list):
+            raise ValueError("a step line's 'records' is a list")
+        found["records"] = tuple(Record.from_json(r) for r in value["records"])
+    if "tampered" in value:
+        if not isinstance(value["tampered"], list):
+            raise ValueError("a step line's 'tampered' is a list")
+        found["tampered"] = tuple(str(t) for t in value["tampered"])
+    return found
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from autograder.protocol import COURSE, MAX_RESULTS_BYTES, OUTPUT, RESULTS, Limits, Step
+from autograder.protocol import COURSE, MAX_RESULTS_BYTES, OUTPUT, RESULTS, Limits, Step, StepLine
 from autograder.sandbox import Isolation
 from autograder.server_pool import ServerLost, acquire, release
 
@@ -42,7 +42,7 @@ MIN_RERUN_S = 5.0  # a rerun after a stuck step needs at least this much of the 
 
 @dataclass
 class JobResult:
-    lines: list[dict] = field(default_factory=list)  # decoded JSON lines, in order
+    lines: list[StepLine] = field(default_factory=list)  # the lines read back, in order
     exitcode: int | None = None  # None: killed by the parent; < 0: killed by that signal
     timed_out: bool = False
     wall_s: float = 0.0
@@ -51,13 +51,10 @@ class JobResult:
     lost: str = ""  # the job reached past its sandbox and broke the grader's channel: every result void
 
     def count(self, step_id: str) -> int:
-        return sum(1 for line in self.lines if isinstance(line, dict) and line.get("step") == step_id)
+        return sum(1 for line in self.lines if line.step == step_id)
 
-    def step(self, step_id: str) -> dict | None:
-        for line in self.lines:
-            if isinstance(line, dict) and line.get("step") == step_id:
-                return line
-        return None
+    def step(self, step_id: str) -> StepLine | None:
+        return next((line for line in self.lines if line.step == step_id), None)
 
 
 def default_isolation() -> Isolation:
@@ -112,13 +109,9 @@ def run_steps(
     if any(step.kind == COURSE for step in left):  # what the notebook printed could show the course's answer
         result.output_tail = ("(not shown: a stuck answer was replaced by the course's own to grade the rest, and "
                               "what the notebook printed after it could show that answer)")
-    kinds = {s.id: s.kind for s in steps}
     # what the parent itself saw: the step ran past its alarm and was killed
-    result.lines = [
-        {"step": sid, "kind": kinds.get(sid, "code"), "status": "timeout", "stuck": True, "swallowed": sid in swallowed,
-         "limit_s": limits.cell_limit(sid)}
-        for sid in stuck
-    ] + result.lines
+    result.lines = [StepLine(sid, "timeout", limit_s=limits.cell_limit(sid), stuck=True, swallowed=sid in swallowed)
+                    for sid in stuck] + result.lines
     return result
 
 
@@ -147,7 +140,7 @@ def _run_once(steps: list[Step], limits: Limits, isolation: Isolation) -> tuple[
     return result, stuck, swallowed
 
 
-def _read_lines(path: Path) -> list[dict]:
+def _read_lines(path: Path) -> list[StepLine]:
     if not path.exists():
         return []
     with open(path, "rb") as fh:
@@ -160,8 +153,9 @@ def _read_lines(path: Path) -> list[dict]:
             value = json.loads(chunk)
         except (ValueError, RecursionError):
             continue  # a line cut short by a kill, garbage, or nested too deep: judged as missing data
-        if isinstance(value, dict):
-            lines.append(value)
+        line = StepLine.read(value)
+        if line is not None:
+            lines.append(line)
     return lines
 
 

@@ -643,12 +643,12 @@ def test_check_in_a_notebook_turns_an_error_into_its_explanation(cell):
 def test_check_record_keeps_the_first_line_and_adds_the_explanation(cell):
     check = Check("check_toy_diagnose_record", _probe_head, lambda d: "ok")
     record = check.record(cell["Head"])
-    first, *rest = record["error"].splitlines()
+    first, *rest = record.error.splitlines()
     assert first == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (12x7 and 5x3)"
-    assert rest and "`q = self.query(x)`" in record["error"] and len(record["error"]) <= 2000
-    assert "self.query" in record["explained"] and record["not_implemented"] is False
+    assert rest and "`q = self.query(x)`" in record.error and len(record.error) <= 2000
+    assert record.not_implemented is False and not record.has_data
     blank = Check("check_toy_diagnose_blank", lambda f: f(), lambda d: "ok").record(lambda: (_ for _ in ()).throw(NotImplementedError()))
-    assert blank["error"] == "NotImplementedError: " and blank["not_implemented"] is True
+    assert blank.error == "NotImplementedError: " and blank.not_implemented is True
 
 
 # --- trace and first_divergence ---------------------------------------------------------------

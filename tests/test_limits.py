@@ -93,12 +93,13 @@ MISSING_DATA = ("DataUnavailableError: Could not get Tiny Shakespeare (tinyshake
 
 def fake_job(steps, failing=None, *, done=True, timed_out=False):
     """A calibrating run of ``steps`` that went well, but for ``failing`` (step id -> line fields)."""
-    from autograder.protocol import DONE
+    from autograder.protocol import DONE, StepLine
     from autograder.runner import JobResult
 
     failing = failing or {}
-    lines = [{"step": s.id, "kind": s.kind, "status": "ok", "s": 0.04, **failing.get(s.id, {})} for s in steps]
-    return JobResult(lines + ([{"step": DONE}] if done else []), exitcode=0 if done else None, timed_out=timed_out)
+    lines = [{"step": s.id, "status": "ok", "s": 0.04, **failing.get(s.id, {})} for s in steps]
+    written = lines + ([{"step": DONE}] if done else [])
+    return JobResult([StepLine.read(line) for line in written], exitcode=0 if done else None, timed_out=timed_out)
 
 
 def data_missing(steps):

@@ -48,8 +48,8 @@ def test_a_stuck_step_is_killed_and_the_rest_runs_without_it():
     job = run_steps(steps, LIMITS)
     elapsed = time.monotonic() - start
     assert job.stuck == ["stuck"]
-    assert job.step("stuck")["status"] == "timeout" and job.step("stuck")["stuck"]
-    assert job.step("b")["status"] == "ok" and job.step("__done__") is not None
+    assert job.step("stuck").status == "timeout" and job.step("stuck").stuck
+    assert job.step("b").status == "ok" and job.step("__done__") is not None
     assert not job.timed_out
     assert elapsed < 60, f"{elapsed:.0f} s: the stuck step held the job until the wall-clock limit"
 
@@ -58,8 +58,8 @@ def test_a_stuck_step_with_a_replacement_runs_as_the_replacement():
     steps = [Step("code", "a", SWALLOW), Step("code", "b", "y = x + 1")]
     job = run_steps(steps, LIMITS, replacements={"a": "x = 41"})
     assert job.stuck == ["a"]
-    assert job.step("a")["status"] == "timeout" and job.step("a")["stuck"]  # it still counts as stuck
-    assert job.step("b")["status"] == "ok", job.lines  # what came after could use its definitions
+    assert job.step("a").status == "timeout" and job.step("a").stuck  # it still counts as stuck
+    assert job.step("b").status == "ok", job.lines  # what came after could use its definitions
 
 
 SNOOP = """
@@ -83,7 +83,7 @@ assert not seen, seen
 def test_a_replacement_is_gone_before_the_next_cell_and_the_output_is_not_shown():
     steps = [Step("code", "a", SWALLOW), Step("code", "snoop", SNOOP)]
     job = run_steps(steps, LIMITS, replacements={"a": "SECRET_ANSWER = 41"})
-    assert job.step("snoop")["status"] == "ok", job.step("snoop")  # the course's answer could not be read
+    assert job.step("snoop").status == "ok", job.step("snoop")  # the course's answer could not be read
     assert "SECRET" not in job.output_tail and "not shown" in job.output_tail
 
 
@@ -101,7 +101,7 @@ def test_reruns_share_the_notebooks_wall_clock_limit():
 def test_a_step_that_swallows_its_alarm_is_killed_within_seconds_of_it():
     job = run_steps([Step("code", "loop", SWALLOW)], LIMITS)
     line = job.step("loop")
-    assert line["stuck"] and line["swallowed"], job.lines
+    assert line.stuck and line.swallowed, job.lines
     assert job.wall_s < LIMITS.cell_s + 3, f"{job.wall_s:.1f} s after an alarm due at {LIMITS.cell_s} s"
 
 
@@ -109,8 +109,8 @@ def test_one_long_uninterruptible_call_is_not_called_a_swallowed_alarm():
     # sum() over a range loops in C without checking for signals, so the alarm cannot fire
     # before it returns; the step is killed all the same, and not blamed on an `except:`
     job = run_steps([Step("code", "sum", "sum(range(10**12))\n"), Step("code", "b", "y = 2")], LIMITS)
-    assert job.step("sum")["stuck"] and not job.step("sum")["swallowed"], job.lines
-    assert job.step("b")["status"] == "ok"
+    assert job.step("sum").stuck and not job.step("sum").swallowed, job.lines
+    assert job.step("b").status == "ok"
     message = judge_test(TEST, job, job.step("sum")).message
     assert "could not be interrupted" in message and "except" not in message, message
 
@@ -118,7 +118,7 @@ def test_one_long_uninterruptible_call_is_not_called_a_swallowed_alarm():
 def test_a_replacement_that_is_stuck_too_is_left_out():
     steps = [Step("code", "a", SWALLOW), Step("code", "b", "y = 2")]
     job = run_steps(steps, LIMITS, replacements={"a": SWALLOW})
-    assert job.stuck == ["a"] and job.step("b")["status"] == "ok"
+    assert job.stuck == ["a"] and job.step("b").status == "ok"
 
 
 @pytest.mark.slow
@@ -168,8 +168,8 @@ def test_a_course_cell_has_its_own_limit_and_the_message_says_it():
     limits = Limits(wall_s=300, cell_s=30, steps=(("quick", 1.0),))
     job = run_steps([Step("code", "quick", SWALLOW), Step("code", "b", "import time\ntime.sleep(1.5)")], limits)
     line = job.step("quick")
-    assert line["stuck"] and line["limit_s"] == 1.0, job.lines
-    assert job.step("b")["status"] == "ok", "1.5 s is within the lesson's 30 s for an ungraded cell"
+    assert line.stuck and line.limit_s == 1.0, job.lines
+    assert job.step("b").status == "ok", "1.5 s is within the lesson's 30 s for an ungraded cell"
     assert job.wall_s < 10, f"{job.wall_s:.1f} s: the graded cell's own 1 s limit was not used"
     assert "its time limit of 1 s" in judge_test(TEST, job, line).message
 

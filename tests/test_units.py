@@ -18,6 +18,7 @@ import torch
 
 from autograder.course import CourseError, check_calls, lessons, load_lesson
 from autograder.grading import STUCK_MESSAGE, judge_test
+from autograder.protocol import StepLine
 from autograder.release import find_leaks
 from autograder.runner import JobResult
 from autograder.submission import build_program
@@ -33,6 +34,7 @@ from helpers.checks.core import (
     need,
     runs,
 )
+from helpers.checks.record import RECORD_KEYS, Record
 
 
 def _judge_double(data: dict) -> str:
@@ -193,11 +195,13 @@ def test_the_budget_counts_every_tensor_together():
 
 
 def job(*lines, exitcode=0, timed_out=False, done=True):
-    return JobResult(lines=[*lines, *([{"step": "__done__"}] if done else [])], exitcode=exitcode, timed_out=timed_out)
+    """A job whose child wrote ``lines`` (as JSON): each is read back as the runner reads it."""
+    written = [*lines, *([{"step": "__done__"}] if done else [])]
+    return JobResult(lines=[StepLine.read(line) for line in written], exitcode=exitcode, timed_out=timed_out)
 
 
 def result_line(records, status="ok", step="double-check", **extra):
-    return {"step": step, "kind": "test", "status": status, "records": records, **extra}
+    return {"step": step, "status": status, "records": records, **extra}
 
 
 def record(values):
@@ -228,14 +232,39 @@ def test_right_data_passes_and_wrong_data_fails_with_the_judges_words(visible):
         (job(done=False, exitcode=-11), None, "crashed", "SIGSEGV"),
         (job(), None, "tampered", "removed by the notebook"),
         (job(result_line([], status="timeout")), None, "timeout", "ran past its time limit"),
-        (job(result_line([], status="timeout", stuck=True, limit_s=2.5)), None, "timeout", "its time limit of 2.5 s and went on"),
-        (job(result_line([], status="timeout", stuck=True)), None, "timeout", STUCK_MESSAGE.format(what="the test (running your code)", limit="")),
-        (job(result_line([record([2.0, 4.0])])), {"step": "double", "status": "timeout", "stuck": True}, "timeout", "except BaseException"),
+        (job(result_line([], status="timeout", stuck=True, swallowed=True, limit_s=2.5)), None, "timeout",
+         "its time limit of 2.5 s and went on"),
+        (job(result_line([], status="timeout", stuck=True, swallowed=True)), None, "timeout",
+         STUCK_MESSAGE.format(what="the test (running your code)", limit="")),
+        (job(result_line([], status="timeout", stuck=True)), None, "timeout", "could not be interrupted"),
+        (job(result_line([record([2.0, 4.0])])), {"step": "double", "status": "timeout", "stuck": True, "swallowed": True},
+         "timeout", "except BaseException"),
+        # lines that are not what the child writes: forged, whatever they claim
+        (job(result_line({"check": "check_toy_double"})), None, "tampered", "'records' is a list"),
+        (job(result_line([record([2.0, 4.0])], passed=True)), None, "tampered", "no field 'passed'"),
+        (job(result_line([record([2.0, 4.0])], status="passed")), None, "tampered", "status is one of ok"),
+        (job(result_line([{**record([2.0, 4.0]), "failed": "no"}])), None, "tampered", "one of data, failed and error"),
+        (job(result_line([{"check": "check_toy_double", "error": 3}])), None, "tampered", "'error' is a string"),
+        (job(result_line([record([2.0, 4.0])], s="fast")), None, "tampered", "'s' is a number"),
     ],
 )
 def test_every_way_a_test_can_go_wrong_has_its_status(visible, the_job, answer, status, words):
-    result = judge_test(visible, the_job, answer)
+    result = judge_test(visible, the_job, answer if answer is None else StepLine.read(answer))
     assert result.status == status and words in result.message and result.points == 0
+
+
+def test_the_wire_reads_back_what_it_writes_and_nothing_else():
+    """A step line and the checks' records survive the JSON round trip field for field; every field
+    a record can write is one the reader knows (RECORD_KEYS), and what the reader does not know
+    comes back marked, never dropped in silence."""
+    records = (Record("check_a", data={"out": [1.0]}), Record("check_b", failed="not a function"),
+               Record("check_c", error="NotImplementedError: ", not_implemented=True))
+    line = StepLine("double-check", "error", s=0.25, error="ValueError: x", records=records, tampered=("json.dumps",))
+    assert StepLine.read(json.loads(json.dumps(line.to_json()))) == line
+    assert {key for r in records for key in r.to_json()} == set(RECORD_KEYS)
+    assert StepLine.read({"status": "ok"}) is None and StepLine.read([1]) is None  # no step named: no line
+    with pytest.raises(ValueError, match="not 0"):
+        Record("check_a")
 
 
 def test_a_missing_name_is_told_with_what_the_notebook_defines_instead(visible):
@@ -246,7 +275,7 @@ def test_a_missing_name_is_told_with_what_the_notebook_defines_instead(visible):
     assert "defines double only in a cell that comes after this test" in late
     gone = judge_test(visible, job(line), None, ("import torch",)).message
     assert "which no cell of your notebook defines" in gone
-    answer = {"step": "double", "status": "error", "error": "NameError: name 'y' is not defined"}
+    answer = StepLine("double", "error", error="NameError: name 'y' is not defined")
     told = judge_test(visible, job(line), answer, ("def doubled(x):\n    return y",)).message
     assert "your answer cell raised NameError" in told and "The test uses" not in told  # the answer's own error
 

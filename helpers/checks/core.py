@@ -21,7 +21,6 @@ import dataclasses
 import math
 import random
 import threading
-import traceback
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.checks.diagnose import explain_exception
 from helpers.checks.evidence import Unsupported, close, describe, first_mismatch
+from helpers.checks.record import Record
 
 __all__ = [
     "Check",
@@ -48,7 +48,7 @@ REGISTRY: dict[str, "Check"] = {}
 
 # When the grader runs a test cell next to the student's code, checks only record their probe's
 # data here instead of judging. ``None`` means: judge right away (a student's notebook).
-_records: list[dict] | None = None
+_records: list[Record] | None = None
 
 _DTYPES = {
     "float16": torch.float16,
@@ -110,13 +110,13 @@ class Check:
         print(f"\N{CHECK MARK} {summary}")
         return None
 
-    def record(self, student_object: Any) -> dict:
-        """Run the probe and return JSON-ready data, or the error the student's code raised."""
+    def record(self, student_object: Any) -> Record:
+        """Run the probe and return its data, or the error the student's code raised."""
         try:
             with torch.random.fork_rng():
-                return {"check": self.name, "data": encode(self.probe(student_object))}
+                return Record(self.name, data=encode(self.probe(student_object)))
         except CheckFailed as exc:  # the probe itself found the object unusable (wrong type...)
-            return {"check": self.name, "failed": str(exc)}
+            return Record(self.name, failed=str(exc))
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - any error of the student's
             # code is data here, an exit() or an interrupt included (a timeout's own exception goes on)
             plain = _plain_error(exc)
@@ -126,13 +126,7 @@ class Check:
             if explained != plain:  # the first line stays "TypeName: message", then what it means
                 body = explained.rsplit("\n", 1)[0]
                 error = f"{plain[:600]}\n{body}"[:2000]
-            return {
-                "check": self.name,
-                "error": error,
-                "explained": explained[:2000],
-                "not_implemented": not_implemented,
-                "traceback": "".join(traceback.format_exception(exc)[-6:])[-4000:],
-            }
+            return Record(self.name, error=error, not_implemented=not_implemented)
 
 
 def _unanswered(exc: BaseException) -> bool:
