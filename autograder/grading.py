@@ -7,8 +7,12 @@ Statuses, per student × assignment × exercise (never a silent zero):
 
 ========  ==========================================================================
 passed    every test of the exercise passed
-failed    a test found a mistake (its message names it), or the answer is still blank
-error     the student's code raised an exception (the message shows it)
+failed    a test found a mistake, or the answer is still blank. An exception the student's code
+          raised while a check ran it is a mistake found too, whichever way the check met it:
+          the message says where it raised, what the error means, and the likely cause where
+          the check could establish one
+error     the test itself could not run: a name it needs was never defined, or the test cell
+          raised outside the checks (the message shows the error)
 timeout   a cell ran past its time limit, or the notebook past its wall-clock limit
 crashed   the process died (segfault, ``os._exit``, memory limit) before the test ran
 missing   the notebook was not submitted, or the exercise's answer cell is gone
@@ -178,7 +182,7 @@ def judge_test(test: Test, job: JobResult, answer_line: StepLine | None, code: t
         if record.error is not None:
             if record.not_implemented:
                 return result("failed", "not answered yet (your code raises NotImplementedError)")
-            return result("error", f"your code raised {record.error}")
+            return result("failed", f"your code raised {record.error}")  # the one rule: see STATUSES
         if record.failed is not None:
             return result("failed", record.failed)
         try:

@@ -20,7 +20,7 @@ sentence, numbers masked for grouping. A number that every student of a row shar
 own input, such as ``sqrt(3)`` for ``head_dim=3``) stays in the words; one that differs between
 them shows as ``#``.
 
-Counted: every exercise ``failed`` or ``error`` (the student's code raised), one mistake per
+Counted: every exercise ``failed`` or ``error`` (the test could not run), one mistake per
 student and exercise (the first test that did not pass: a hidden test repeats the visible check
 first). A blank answer ("not answered yet") is no misconception and is not counted.
 

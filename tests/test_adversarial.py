@@ -175,7 +175,8 @@ EXPECTED = {
     "swap-probe": {"causal-mask": ({"tampered"}, "zero")},
     "patch-kit-function": {"causal-mask": ({"tampered"}, "zero")},
     "answer-table": {"causal-mask": ({"failed"}, "zero")},
-    "exit-on-a-batch": {"causal-mask": ({"error"}, "some")},
+    # an exception of the student's code while a check runs it (exit() included) is a mistake found: failed
+    "exit-on-a-batch": {"causal-mask": ({"failed"}, "some")},
     "kill-the-grader": {"causal-mask": ({"crashed"}, "zero"), "attention-head": ({"crashed"}, "zero")},
     "speak-for-the-grader": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"error"}, "zero")},
     "deep-json-line": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"passed"}, "full")},
@@ -190,7 +191,7 @@ EXPECTED = {
     "syntax-error": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"error"}, "zero")},
     "fork-outlives": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"passed"}, "full")},
     "read-solution": {"causal-mask": ({"error"}, "zero")},
-    "import-reference": {"causal-mask": ({"error"}, "zero")},
+    "import-reference": {"causal-mask": ({"failed"}, "zero")},
     "read-git-history": {"causal-mask": ({"failed"}, "zero")},
     # structure
     "moved-and-duplicated": {"causal-mask": ({"passed"}, "full"), "attention-head": ({"passed"}, "full")},

@@ -226,7 +226,7 @@ def test_right_data_passes_and_wrong_data_fails_with_the_judges_words(visible):
         (job(result_line([{"check": "check_other", "data": {}}])), None, "tampered", "did not run as written"),
         (job(result_line([{"check": "check_toy_double", "data": {"__tensor__": 1}}])), None, "tampered", "data was not"),
         (job(result_line([{"check": "check_toy_double", "error": "NotImplementedError: ", "not_implemented": True}])), None, "failed", "not answered yet"),
-        (job(result_line([{"check": "check_toy_double", "error": "RuntimeError: shapes"}])), None, "error", "RuntimeError: shapes"),
+        (job(result_line([{"check": "check_toy_double", "error": "RuntimeError: shapes"}])), None, "failed", "RuntimeError: shapes"),
         (job(result_line([], status="error", error="NameError: name 'double' is not defined")), None, "error", "NameError"),
         (job(done=False, timed_out=True, exitcode=None), None, "timeout", "time limit before this test"),
         (job(done=False, exitcode=-11), None, "crashed", "SIGSEGV"),
