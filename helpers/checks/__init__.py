@@ -5,9 +5,10 @@ and the modules they share: ``core`` (a check's probe and judge, the data that c
 processes), ``evidence`` (a returned value and a tensor's first difference in words),
 ``diagnose`` (what a wrong output or an error establishes about its cause), ``errors`` (the
 student's error as data), ``invariants`` (what every exercise of a kind must satisfy),
-``verdict`` (a module's output run, judged and located), ``looping`` (a loop that never ends
-made a clear failure), and the ``*_known``, ``*_format`` and ``*_mistakes`` modules that hold a
-lesson's known-good helpers and classic mistakes.
+``functions`` (the engine of a check of a function: cases called, outputs judged, a mistake named
+only when it explains every output), ``verdict`` (a module's output run, judged and located),
+``looping`` (a loop that never ends made a clear failure), and the ``*_known``, ``*_format`` and
+``*_mistakes`` modules that hold a lesson's known-good helpers and classic mistakes.
 """
 
 from helpers.checks.core import REGISTRY, Check, CheckFailed, recording

@@ -4,7 +4,9 @@ Token ids are plain Python ints in lists; a pair is a tuple (a, b). The probes r
 function on inputs of their own and return lists (a dict of pairs travels as [a, b, value]
 triples, in the dict's order). ``train_bpe`` and ``encode`` call ``count_pairs`` and ``merge`` by
 name: while their probes run, those names mean the known-good versions (``helpers.checks.bpe_known``),
-so a mistake in one exercise costs only that exercise. The judges compare with the reference.
+so a mistake in one exercise costs only that exercise. The probes and judges are the engine's
+(``helpers.checks.functions``); ``make_checks`` gives it what is BPE's: those helpers, a loop bound,
+the plain data and its readings.
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ from __future__ import annotations
 from collections import Counter
 
 from helpers.checks.bpe_known import known_helpers, merge_known, pairs_known, train_known
-from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
-from helpers.checks.errors import caught, raise_caught
-from helpers.checks.looping import Looping, bounded
+from helpers.checks.core import describe
+from helpers.checks.functions import Spec, function_checks, on_copy
 from helpers.reference import gpt2
 
 
@@ -38,70 +39,22 @@ def _unplain(data):
     return data.get("ids", data.get("text", data)) if isinstance(data, dict) else data
 
 
-def _probe(cases, call, label):
-    def probe(function) -> dict:
-        expect_callable(function, label)
-        runs = []
-        with known_helpers(function):
-            for case in cases:
-                try:
-                    with bounded(function):
-                        runs.append(call(function, case))
-                except Looping as exc:
-                    runs.append({"looping": exc.text()})
-                except Exception as exc:  # noqa: BLE001 - the error is evidence
-                    runs.append(caught(exc))
-        return {"runs": runs}
+def _usable(returns):
+    """Form: an output the probe could not read as ids, pairs or text fails, saying what to return."""
+    def form(what, case, got, run):
+        out = run.get("out")
+        return f"{what} returned {out['unusable']}; {returns}" if isinstance(out, dict) and "unusable" in out else None
 
-    return probe
+    return form
 
 
-def parting(a, b) -> int:
-    """The first position where two sequences differ (the shorter one's length when one starts the other)."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-
-
-def first_difference(expected, got) -> str:
-    p = parting(expected, got)
-    head = f"they agree up to position {p - 1}, then " if p else "they differ from the first position: "
-    if p in (len(got), len(expected)):
-        return head + (f"yours ends where the reference goes on with {expected[p:][:6]}" if p == len(got)
-                       else f"yours goes on with {got[p:][:6]} after the reference's last item")
-    return f"{head}position {p} is {got[p]!r} where the reference has {expected[p]!r}"
-
-
-def _judge(cases, label, expected_of, variants_of, describe_case, summary, on_error=lambda error: None, reading=None,
-           ordered=False):
-    def judge(data: dict) -> str:
-        found = runs(data, len(cases))
-        outputs = [_unplain(run.get("out")) for run in found]
-        every = [variants_of(case) for case in cases]
-        for index, (case, run) in enumerate(zip(cases, found, strict=True)):
-            what = f"{label}({describe_case(case)})"
-            if "looping" in run:
-                raise CheckFailed(f"{what} did not finish: {run['looping']}")
-            raise_caught(what, run, hint=on_error(str(run.get("error"))) or "")
-            if run.get("input_changed"):
-                raise CheckFailed(f"{what} changed its input list in place: build and return a new list.")
-            got, expected = outputs[index], expected_of(case)
-            if got == expected and type(got) is type(expected):
-                if ordered and isinstance(got, dict) and list(got) != list(expected):  # == ignores a dict's order
-                    raise CheckFailed(
-                        f"{what}: the right counts in another order. The dict must list each pair in the order "
-                        "of its first occurrence: training breaks ties between equal counts by that order. "
-                        f"Evidence: expected {list(expected)[:6]}, got {list(got)[:6]}.")
-                continue
-            shown = f"expected {expected!r}, got {got!r}"[:700]
-            for name in every[index]:  # a mistake that explains every output (an error says nothing)
-                if got == every[index][name] and all(o == v[name] for o, v, r in zip(outputs, every, found, strict=True) if "error" not in r):
-                    raise CheckFailed(f"{what}: {name}. Evidence: {shown}.")
-            if isinstance(run.get("out"), dict) and "unusable" in run["out"]:
-                raise CheckFailed(f"{what} returned {run['out']['unusable']}; {summary[1]}")
-            found = reading(case, got, expected) if reading else None
-            raise CheckFailed(f"{what}: {found or 'wrong output: ' + first_difference(expected, got)}. Evidence: {shown}.")
-        return summary[0]
-
-    return judge
+def _in_order(what, case, got, expected, run):
+    """Right: the counts must also come in the reference's order (== ignores a dict's order)."""
+    if isinstance(got, dict) and list(got) != list(expected):
+        return (f"{what}: the right counts in another order. The dict must list each pair in the order "
+                "of its first occurrence: training breaks ties between equal counts by that order. "
+                f"Evidence: expected {list(expected)[:6]}, got {list(got)[:6]}.")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,8 +66,7 @@ PAIR_HIDDEN_CASES = [[9, 8, 9, 8, 9, 8, 8, 8], [300, 301, 300, 301, 2, 2], [0, 2
 
 
 def _copying_call(fn, ids, *rest):
-    given = list(ids)
-    return {"out": _plain(fn(given, *rest)), "input_changed": given != ids}
+    return on_copy(fn, ids, *rest, plain=_plain)
 
 
 def pair_variants(ids):
@@ -166,11 +118,17 @@ def pairs_reading(ids, got, expected):
     return f"your dict holds {extra[0]}, which is not a pair of neighbours in ids"
 
 
-def make_checks(name, call, cases, hidden_cases, label, expected_of, variants_of, describe_case, summary, vary=None, **options):
-    """The visible check and its hidden twin: the same probe and judge on other cases."""
-    judging = (label, expected_of, variants_of, describe_case, summary)
-    return visible_and_hidden(name, lambda c: _probe(c, call, label), lambda c: _judge(c, *judging, **options), cases,
-                              hidden_cases, vary)
+def make_checks(name, call, cases, hidden_cases, label, expected_of, variants_of, describe_case, summary, vary=None,
+                on_error=None, reading=None, ordered=False):
+    """A BPE function's visible check and its hidden twin, on the engine (``helpers.checks.functions``):
+    the known-good count_pairs and merge swapped in, a loop bound, outputs as plain data;
+    ``summary``: what a pass checked, and what to return; ``ordered``: a dict's order counts."""
+    spec = Spec(label=label, call=call, expected=expected_of, variants=variants_of, arguments=describe_case,
+                summary=summary[0], read=_unplain, around=known_helpers, bounded=True,
+                on_error=on_error and (lambda case, error: on_error(error)),
+                changed="changed its input list in place: build and return a new list.",
+                form=_usable(summary[1]), right=_in_order if ordered else None, reading=reading)
+    return function_checks(name, spec, cases, hidden_cases, vary)
 
 
 def _shifted(case, rng):

@@ -1,14 +1,15 @@
 """Checks for lesson 10's byte-level BPE, continued: encode(text, merges) and decode(ids, vocab).
 
-The probes and judges (known-good count_pairs and merge swapped in, the mistake that explains
-every output named, else a reading of the wrong output) are in ``helpers.checks.bpe``; the bound
-on the lines the student's code runs is ``helpers.checks.looping``.
+The checks are made as ``helpers.checks.bpe`` makes its own (known-good count_pairs and merge
+swapped in, a loop bound), on the engine of ``helpers.checks.functions`` (the mistake that explains
+every output named, else a reading of the wrong output).
 """
 
 from __future__ import annotations
 
-from helpers.checks.bpe import _plain, make_checks, parting, reference
+from helpers.checks.bpe import _plain, make_checks, reference
 from helpers.checks.bpe_known import merge_known, pairs_known, train_known
+from helpers.checks.functions import parting
 from helpers.reference import gpt2
 
 # ---------------------------------------------------------------------------------------------

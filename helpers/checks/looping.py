@@ -1,8 +1,9 @@
 """A bound on the lines a student's function runs: a loop that never ends becomes a clear failure
 (what the loop held halfway and at the end, in words), not a timeout of the whole test.
 
-Used by the probes of lesson 10's BPE functions (``helpers.checks.bpe``), whose loops run to a
-fixed point and are the likeliest to spin.
+Used by the engine of function checks (``helpers.checks.functions``) for the checks that ask for
+it: lesson 10's BPE functions (``helpers.checks.bpe``), whose loops run to a fixed point and are
+the likeliest to spin.
 """
 
 from __future__ import annotations
