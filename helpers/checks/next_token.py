@@ -9,16 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from helpers.checks.core import (
-    CheckFailed,
-    describe,
-    expect_callable,
-    first_mismatch,
-    runs,
-    visible_and_hidden,
-)
+from helpers.checks.core import describe, first_mismatch
 from helpers.checks.diagnose import diagnose
-from helpers.checks.errors import attempt, raise_caught
+from helpers.checks.functions import Spec, function_checks, on_copy
 from helpers.checks.tokens import VOCAB
 from helpers.reference import tokens as ref
 
@@ -42,23 +35,6 @@ def _shift_sizes(batch: tuple, T: int) -> dict[str, int]:
     return {**({"B": batch[0]} if batch else {}), "T": T - 1}
 
 
-def _probe_shift(cases):
-    def probe(shift) -> dict:
-        expect_callable(shift, "shift_for_next_token")
-        found = []
-        for seed, batch, T in cases:
-            ids = _shift_ids(seed, batch, T)
-            before = ids.clone()
-            run = attempt(shift, ids, sizes=_shift_sizes(batch, T))
-            run["ids_changed"] = not torch.equal(before, ids)
-            if isinstance(run.get("out"), tuple):
-                run["out"] = list(run["out"])
-            found.append(run)
-        return {"runs": found}
-
-    return probe
-
-
 def shift_variants(ids: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """(inputs, targets) under each classic mistake."""
     return {
@@ -74,57 +50,59 @@ def shift_variants(ids: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Ten
     }
 
 
-def _judge_shift(cases):
-    def judge(data: dict) -> str:
-        for (seed, batch, T), run in zip(cases, runs(data, len(cases)), strict=True):
-            ids = _shift_ids(seed, batch, T)
-            what = f"shift_for_next_token(ids of shape {tuple(ids.shape)})"
-            raise_caught(what, run)
-            if run.get("ids_changed") is not False:
-                raise CheckFailed(f"{what} changed ids in place; leave the input alone.")
-            out = run.get("out")
-            if not isinstance(out, list) or len(out) != 2:
-                raise CheckFailed(f"{what} should return a pair (inputs, targets), got {describe(out)}.")
-            got_in, got_tg = out
-            if not isinstance(got_in, torch.Tensor) or not isinstance(got_tg, torch.Tensor):
-                raise CheckFailed(
-                    f"{what} should return two tensors, got {describe(got_in)} and {describe(got_tg)}."
-                )
-            exp_in, exp_tg = ref.shift_for_next_token(ids)
-            shape = (*batch, T - 1)
-            for label, (v_in, v_tg) in shift_variants(ids).items():
-                if got_in.shape == got_tg.shape and (v_in.shape, v_tg.shape) == (got_in.shape, got_tg.shape) \
-                        and torch.equal(v_in, got_in) and torch.equal(v_tg, got_tg):
-                    if got_tg.shape == exp_tg.shape:
-                        evidence = f"targets: {first_mismatch(exp_tg, got_tg, 0, 0)}"
-                    else:
-                        evidence = f"targets of shape {tuple(got_tg.shape)}, expected {tuple(exp_tg.shape)}"
-                    raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
-            if batch and got_in.shape == (batch[0] - 1, T) and torch.equal(got_in, ids[:-1]):
-                raise CheckFailed(
-                    f"{what}: inputs have shape {tuple(got_in.shape)}: you cut the batch dimension (the "
-                    f"first), not time (the last). Slice the last dimension: ids[..., a:b] works for "
-                    "(T,) and (B, T) alike."
-                )
-            for name, got, expected in (("inputs", got_in, exp_in), ("targets", got_tg, exp_tg)):
-                if got.shape[:-1] == shape[:-1] and got.ndim == len(shape) and got.shape[-1] != shape[-1]:
-                    raise CheckFailed(
-                        f"{what}: {name} should have shape {shape} (one fewer position than ids), "
-                        f"got {tuple(got.shape)}."
-                    )
-                if got.dtype != ids.dtype:
-                    raise CheckFailed(f"{what}: {name} are {got.dtype}; keep the ids' dtype {ids.dtype}.")
-                if tuple(got.shape) != shape or not torch.equal(got, expected):
-                    rule, message = diagnose(expected, got, what=f"{what}: the {name}", atol=0, rtol=0,
-                                             axes=("B", "T")[-len(shape):], sizes=_shift_sizes(batch, T))
-                    hint = " (targets[..., t] must be ids[..., t + 1])" if name == "targets" else ""
-                    raise CheckFailed(f"{message}{hint}")
-        shapes = ", ".join(str((*c[1], c[2])) for c in cases)
-        return f"shift_for_next_token: ids of shape {shapes} give inputs ids[..., :-1] and targets ids[..., 1:]."
-
-    return judge
+def _pair(what, case, out, run) -> str | None:
+    """Form: the output must be a pair of tensors (a tuple arrives as a list)."""
+    if not isinstance(out, list) or len(out) != 2:
+        return f"{what} should return a pair (inputs, targets), got {describe(out)}."
+    if not isinstance(out[0], torch.Tensor) or not isinstance(out[1], torch.Tensor):
+        return f"{what} should return two tensors, got {describe(out[0])} and {describe(out[1])}."
+    return None
 
 
-check_shift, check_shift_hidden = visible_and_hidden(
-    "check_shift", _probe_shift, _judge_shift, SHIFT_CASES, SHIFT_HIDDEN_CASES
+def _dtype_kept(what, case, got, expected, run) -> str | None:
+    """Right values: the ids must also keep their dtype."""
+    for name, tensor in zip(("inputs", "targets"), got, strict=True):
+        if tensor.dtype != expected[0].dtype:
+            return f"{what}: {name} are {tensor.dtype}; keep the ids' dtype {expected[0].dtype}."
+    return None
+
+
+def _targets_evidence(case, expected, got) -> str:
+    exp_tg, got_tg = expected[1], got[1]
+    if got_tg.shape == exp_tg.shape:
+        return f"targets: {first_mismatch(exp_tg, got_tg, 0, 0)}"
+    return f"targets of shape {tuple(got_tg.shape)}, expected {tuple(exp_tg.shape)}"
+
+
+def _shift_wrong(what, case, got, expected, run) -> str:
+    """No mistake of the table: a batch cut instead of time, a shape, a dtype, or the diagnosis."""
+    seed, batch, T = case
+    ids, shape, (got_in, _) = _shift_ids(seed, batch, T), (*batch, T - 1), got
+    if batch and got_in.shape == (batch[0] - 1, T) and torch.equal(got_in, ids[:-1]):
+        return (f"{what}: inputs have shape {tuple(got_in.shape)}: you cut the batch dimension (the first), not "
+                "time (the last). Slice the last dimension: ids[..., a:b] works for (T,) and (B, T) alike.")
+    for name, mine, wanted in zip(("inputs", "targets"), got, expected, strict=True):
+        if mine.shape[:-1] == shape[:-1] and mine.ndim == len(shape) and mine.shape[-1] != shape[-1]:
+            return f"{what}: {name} should have shape {shape} (one fewer position than ids), got {tuple(mine.shape)}."
+        if mine.dtype != ids.dtype:
+            return f"{what}: {name} are {mine.dtype}; keep the ids' dtype {ids.dtype}."
+        if tuple(mine.shape) != shape or not torch.equal(mine, wanted):
+            rule, message = diagnose(wanted, mine, what=f"{what}: the {name}", atol=0, rtol=0,
+                                     axes=("B", "T")[-len(shape):], sizes=_shift_sizes(batch, T))
+            return f"{message}{' (targets[..., t] must be ids[..., t + 1])' if name == 'targets' else ''}"
+    return f"{what}: wrong output."
+
+
+SHIFT = Spec(
+    label="shift_for_next_token",
+    call=lambda shift, case: on_copy(shift, _shift_ids(*case)),
+    sizes=lambda case: _shift_sizes(case[1], case[2]),
+    expected=lambda case: ref.shift_for_next_token(_shift_ids(*case)),
+    variants=lambda case: shift_variants(_shift_ids(*case)),
+    arguments=lambda case: f"ids of shape {(*case[1], case[2])}",
+    changed="changed ids in place; leave the input alone.",
+    form=_pair, right=_dtype_kept, wrong=_shift_wrong, evidence=_targets_evidence,
+    summary=lambda cases: "shift_for_next_token: ids of shape " + ", ".join(str((*c[1], c[2])) for c in cases)
+    + " give inputs ids[..., :-1] and targets ids[..., 1:].",
 )
+check_shift, check_shift_hidden = function_checks("check_shift", SHIFT, SHIFT_CASES, SHIFT_HIDDEN_CASES)
