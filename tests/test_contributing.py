@@ -36,8 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.checks.core import CheckFailed, expect_callable, expect_tensor, need, visible_and_hidden
-from helpers.checks.diagnose import explain_mismatch
+from helpers.checks.functions import Compare, Spec, function_checks, on_copy
 from helpers.reference import toy as ref
 
 CASES = [(0, (3, 5))]
@@ -48,31 +47,21 @@ def _x(seed, shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-def _probe(cases):
-    def probe(center) -> dict:
-        expect_callable(center, "center")
-        return {"outs": [center(_x(*case)) for case in cases]}
-
-    return probe
+def _variants(case):
+    x = _x(*case)
+    return {"you subtracted the mean of the whole tensor; take each row's (dim=-1)": x - x.mean()}
 
 
-def _judge(cases):
-    def judge(data: dict) -> str:
-        for case, out in zip(cases, need(data.get("outs"), list, len(cases)), strict=True):
-            x = _x(*case)
-            what = f"center(x) for x of shape {tuple(x.shape)}"
-            expected = ref.center(x)
-            got = expect_tensor(out, tuple(x.shape), what)
-            if x.dim() > 1 and torch.allclose(got, x - x.mean()):  # one row: the two are the same
-                raise CheckFailed(f"{what}: you subtracted the mean of the whole tensor; take each row's (dim=-1).")
-            if not torch.allclose(got, expected):
-                raise CheckFailed(explain_mismatch(expected, got, what=what, atol=1e-8, rtol=1e-6))
-        return "center: every row's mean is subtracted, for one row and for batches."
-
-    return judge
-
-
-check_center, check_center_hidden = visible_and_hidden("check_center", _probe, _judge, CASES, HIDDEN_CASES)
+CENTER = Spec(
+    label="center",
+    call=lambda center, case: on_copy(center, _x(*case)),
+    expected=lambda case: ref.center(_x(*case)),
+    variants=_variants,
+    arguments=lambda case: f"x of shape {case[1]}",
+    summary="center: every row's mean is subtracted, for one row and for batches.",
+    compare=Compare({torch.float64: 1e-8}),
+)
+check_center, check_center_hidden = function_checks("check_center", CENTER, CASES, HIDDEN_CASES)
 '''
 
 

@@ -207,7 +207,7 @@ def _wrong(spec: Spec):
         words = spec.reading(case, got, expected) if spec.reading else None
         if not words and isinstance(expected, torch.Tensor):
             tol = spec.compare.tolerance(expected, got)
-            return explain_mismatch(expected, got, what=what, atol=tol, rtol=tol)
+            return explain_mismatch(expected, got, what=what, atol=tol, rtol=tol, sizes=spec.sizes(case) if spec.sizes else None)
         if not words:
             sequences = all(isinstance(v, (list, tuple, str)) for v in (expected, got))
             words = "wrong output: " + (first_difference(expected, got) if sequences else
