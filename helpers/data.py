@@ -516,6 +516,8 @@ def shakespeare_dataset(
 # --------------------------------------------------------------------------------------------
 
 GPT2_ENV_VAR = "TRANSFORMER_COURSE_GPT2"
+#: a folder that holds GPT-2's vocab.json and merges.txt alone (the tokenizer, without the weights)
+GPT2_TOKENIZER_ENV_VAR = "TRANSFORMER_COURSE_GPT2_TOKENIZER"
 GPT2_REVISION = "607a30d783dfa663caf39e06633721c8d4cfcd7e"  # of huggingface.co/openai-community/gpt2
 GPT2_URL = f"https://huggingface.co/openai-community/gpt2/resolve/{GPT2_REVISION}/{{name}}"
 #: the published files and their SHA-256 checksums (pytorch_model.bin, accepted from a folder, is not checked)
@@ -524,6 +526,15 @@ GPT2_SHA256 = {
     "vocab.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
     "merges.txt": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
 }
+GPT2_TOKENIZER_NAMES = ("vocab.json", "merges.txt")  # about 1.5 MB together
+
+
+@dataclass(frozen=True)
+class GPT2TokenizerFiles:
+    """Where GPT-2's vocabulary and merges are on this machine: its tokenizer, without the model."""
+
+    vocab: pathlib.Path  # vocab.json
+    merges: pathlib.Path  # merges.txt
 
 
 @dataclass(frozen=True)
@@ -535,26 +546,103 @@ class GPT2Files:
     merges: pathlib.Path  # merges.txt
 
 
-def _gpt2_in_folder(folder: pathlib.Path, where: str, check: bool) -> GPT2Files:
-    """The three files in ``folder``, each with the right checksum, or one clear error."""
-    weights = folder / "model.safetensors"
-    if not weights.is_file() and (folder / "pytorch_model.bin").is_file():
-        weights = folder / "pytorch_model.bin"
-    missing = [p.name for p in (weights, folder / "vocab.json", folder / "merges.txt") if not p.is_file()]
+def _gpt2_in_folder(folder: pathlib.Path, names: Iterable[str], where: str, check: bool) -> list[pathlib.Path]:
+    """The files ``names`` of ``folder``, each with the right checksum, or one clear error.
+
+    The name "model.safetensors" stands for the weights: pytorch_model.bin replaces it when only
+    that is there (unchecked: its checksum is not pinned).
+    """
+    names, paths = list(names), []
+    for name in names:
+        path = folder / name
+        if name == "model.safetensors" and not path.is_file() and (folder / "pytorch_model.bin").is_file():
+            path = folder / "pytorch_model.bin"
+        paths.append(path)
+    missing = [p.name for p in paths if not p.is_file()]
     if missing:
+        shown = [f"{n} (or pytorch_model.bin)" if n == "model.safetensors" else n for n in names]
+        needed = ", ".join(shown[:-1]) + " and " + shown[-1]
         raise DataUnavailableError(
             f"{where} points to the folder {folder}, but it has no {', '.join(missing)}. It must hold "
-            "model.safetensors (or pytorch_model.bin), vocab.json and merges.txt, the files of "
-            f"{GPT2_URL.format(name='')}."
+            f"{needed}, the files of {GPT2_URL.format(name='')}."
         )
-    for path in (weights, folder / "vocab.json", folder / "merges.txt"):
+    for path in paths:
         expected = GPT2_SHA256.get(path.name)
         if check and expected is not None and _sha256_of(path) != expected:
             raise DataUnavailableError(
                 f"{where}: {path} has the wrong SHA-256 checksum (expected {expected}). It is not GPT-2 "
                 "small's published file, or it is damaged; replace it, or pass sha256=False."
             )
-    return GPT2Files(weights, folder / "vocab.json", folder / "merges.txt")
+    return paths
+
+
+def _gpt2_cache(
+    names: Iterable[str], cache_dir: str | os.PathLike[str] | None, *, download: bool, progress: bool, sha256: bool,
+    timeout: float,
+) -> tuple[pathlib.Path, list[str], str]:
+    """The cache folder of GPT-2's files, the ``names`` still missing or damaged there after
+    downloading them (unless ``download=False``), and what the download did."""
+    cache = (pathlib.Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / "gpt2"
+    bad = [name for name in names
+           if not (cache / name).is_file() or (sha256 and _sha256_of(cache / name) != GPT2_SHA256[name])]
+    attempt = "downloading was not tried (download=False)"
+    if bad and download:
+        for name in list(bad):
+            try:
+                _download(GPT2_URL.format(name=name), cache / name, GPT2_SHA256[name] if sha256 else None,
+                          progress=progress, timeout=timeout)
+            except (OSError, http.client.HTTPException, ValueError, DataUnavailableError) as exc:
+                reason = getattr(exc, "reason", None) or exc
+                attempt = f"downloading {GPT2_URL.format(name=name)} failed: {type(exc).__name__}: {reason}"
+                break
+            bad.remove(name)
+    return cache, bad, attempt
+
+
+def gpt2_tokenizer_files(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    download: bool = True,
+    progress: bool = True,
+    sha256: bool = True,
+    timeout: float = DOWNLOAD_TIMEOUT_S,
+) -> GPT2TokenizerFiles:
+    """GPT-2's tokenizer files, vocab.json and merges.txt, verified, downloading them once
+    (about 1.5 MB, never the model's weights) if need be.
+
+    Tried in this order; the first that applies wins:
+
+    1. ``path``: a folder holding vocab.json and merges.txt;
+    2. the environment variable ``TRANSFORMER_COURSE_GPT2_TOKENIZER`` (a folder, same rule);
+    3. the environment variable ``TRANSFORMER_COURSE_GPT2`` (the folder of all GPT-2's files);
+    4. the cache, ``default_cache_dir() / "gpt2"`` (where ``gpt2_files`` keeps them too), if both
+       files there have the right checksums;
+    5. downloading the missing or damaged ones into the cache (unless ``download=False``).
+
+    Raises ``DataUnavailableError`` with what was tried and how to fix it.
+    """
+    for given, where in ((path, "The path given"), *((os.environ.get(var), f"{var}={os.environ.get(var)}")
+                                                     for var in (GPT2_TOKENIZER_ENV_VAR, GPT2_ENV_VAR))):
+        if given:
+            return GPT2TokenizerFiles(*_gpt2_in_folder(pathlib.Path(given).expanduser(), GPT2_TOKENIZER_NAMES, where,
+                                                       sha256))
+    cache, bad, attempt = _gpt2_cache(GPT2_TOKENIZER_NAMES, cache_dir, download=download, progress=progress,
+                                      sha256=sha256, timeout=timeout)
+    if not bad:
+        return GPT2TokenizerFiles(cache / "vocab.json", cache / "merges.txt")
+    raise DataUnavailableError(
+        "Could not get GPT-2's tokenizer files (vocab.json, merges.txt).\n"
+        "Tried:\n"
+        "  * an explicit folder: none given\n"
+        f"  * the environment variables {GPT2_TOKENIZER_ENV_VAR} and {GPT2_ENV_VAR}: not set\n"
+        f"  * the cache {cache}: {', '.join(bad)} missing or damaged\n"
+        f"  * {attempt}\n"
+        "To fix it, do one of these:\n"
+        f"  * on a machine with internet access, run gpt2_tokenizer_files() once: it fills {cache}\n"
+        f"  * or download vocab.json and merges.txt of {GPT2_URL.format(name='')} into one folder and\n"
+        f"    export {GPT2_TOKENIZER_ENV_VAR}=/path/to/that/folder"
+    )
 
 
 def gpt2_files(
@@ -573,30 +661,19 @@ def gpt2_files(
     1. ``path``: a folder holding model.safetensors (or pytorch_model.bin), vocab.json, merges.txt;
     2. the environment variable ``TRANSFORMER_COURSE_GPT2`` (a folder, same rule);
     3. the cache, ``default_cache_dir() / "gpt2"``, if every file there has the right checksum;
-    4. downloading the missing or damaged files into the cache (unless ``download=False``).
+    4. downloading the missing or damaged files into the cache (unless ``download=False``); the
+       tokenizer's two may be there already (``gpt2_tokenizer_files``).
 
     Raises ``DataUnavailableError`` with what was tried and how to fix it.
     """
-    if path is not None:
-        return _gpt2_in_folder(pathlib.Path(path).expanduser(), "The path given", sha256)
     env_value = os.environ.get(GPT2_ENV_VAR)
-    if env_value:
-        return _gpt2_in_folder(pathlib.Path(env_value).expanduser(), f"{GPT2_ENV_VAR}={env_value}", sha256)
-    cache = (pathlib.Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / "gpt2"
-    wanted = {name: cache / name for name in GPT2_SHA256}
-    bad = [name for name, p in wanted.items() if not p.is_file() or (sha256 and _sha256_of(p) != GPT2_SHA256[name])]
-    attempt = "downloading was not tried (download=False)"
-    if bad and download:
-        try:
-            for name in bad:
-                _download(GPT2_URL.format(name=name), wanted[name], GPT2_SHA256[name] if sha256 else None,
-                          progress=progress, timeout=timeout)
-            bad = []
-        except (OSError, http.client.HTTPException, ValueError, DataUnavailableError) as exc:
-            reason = getattr(exc, "reason", None) or exc
-            attempt = f"downloading {GPT2_URL.format(name=name)} failed: {type(exc).__name__}: {reason}"
+    for given, where in ((path, "The path given"), (env_value, f"{GPT2_ENV_VAR}={env_value}")):
+        if given:
+            return GPT2Files(*_gpt2_in_folder(pathlib.Path(given).expanduser(), GPT2_SHA256, where, sha256))
+    cache, bad, attempt = _gpt2_cache(GPT2_SHA256, cache_dir, download=download, progress=progress, sha256=sha256,
+                                      timeout=timeout)
     if not bad:
-        return GPT2Files(wanted["model.safetensors"], wanted["vocab.json"], wanted["merges.txt"])
+        return GPT2Files(cache / "model.safetensors", cache / "vocab.json", cache / "merges.txt")
     raise DataUnavailableError(
         "Could not get GPT-2 small's files (model.safetensors, vocab.json, merges.txt).\n"
         "Tried:\n"
