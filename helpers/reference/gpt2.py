@@ -10,12 +10,14 @@ import torch.nn as nn
 import torch.nn.functional as F  # noqa: F401
 
 
-# Built in lessons 06 and 08; taken from the course's reference implementation.
+# Built in lessons 06, 08 and 09; taken from the course's reference implementation.
+import collections
 import json
 import pathlib
 import re
 import unicodedata
 
+from helpers.reference.fast_generation import generate_cached
 from helpers.reference.sampling import generate, sample_next
 from helpers.reference.transformer_lm import Config, TransformerLM
 
@@ -78,6 +80,56 @@ def build_vocab(merges: dict[tuple[int, int], int]) -> dict[int, bytes]:
     return vocab
 
 
+def _unicode_class(*prefixes: str) -> str:
+    """The body of a regular-expression class: every code point whose category starts with a prefix."""
+    ranges, start = [], None
+    for code in range(0x110001):
+        inside = code <= 0x10FFFF and unicodedata.category(chr(code)).startswith(prefixes)
+        if inside and start is None:
+            start = code
+        elif not inside and start is not None:
+            ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(code - 1))}")
+            start = None
+    return "".join(ranges)
+
+
+# GPT-2's pre-split: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+_L, _N = _unicode_class("L"), _unicode_class("N")
+_S = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"  # Unicode's White_Space
+GPT2_SPLIT = re.compile(
+    rf"'s|'t|'re|'ve|'m|'ll|'d| ?[{_L}]+| ?[{_N}]+| ?[^{_S}{_L}{_N}]+|[{_S}]+(?![^{_S}])|[{_S}]+"
+)
+
+
+def train_bpe_pieces(pieces: list[str], n_merges: int) -> dict[tuple[int, int], int]:
+    """Learn up to n_merges byte-pair merges from a text cut into pieces: no merge crosses two pieces.
+
+    pieces: the text's pieces in order (GPT2_SPLIT.findall(text)). Merge r takes the pair whose
+    counts, summed over the pieces, are the largest (ties: the pair that occurs first in the text),
+    gives it the id 256 + r and replaces it inside every piece, with count_pairs and merge. Each
+    different piece is kept once with its number of occurrences: the same merges as counting every
+    piece one by one. Returns {pair: new_id} in the order learnt, as train_bpe does.
+    """
+    occurrences = collections.Counter(pieces)  # {piece: how often}, in the order of first occurrence
+    piece_ids = [list(piece.encode("utf-8")) for piece in occurrences]  # each different piece's ids
+    piece_counts = [count_pairs(ids) for ids in piece_ids]  # each different piece's own pair counts
+    merges = {}
+    for rank in range(n_merges):
+        counts = {}
+        for pairs, n in zip(piece_counts, occurrences.values()):  # pieces in the order they first occur
+            for pair, k in pairs.items():
+                counts[pair] = counts.get(pair, 0) + k * n  # the piece occurs n times
+        if not counts:
+            break  # every piece is a single token
+        pair = max(counts, key=counts.get)  # the first of the most frequent, as in train_bpe
+        merges[pair] = 256 + rank
+        for i, pairs in enumerate(piece_counts):
+            if pair in pairs:  # only the pieces that hold the pair change
+                piece_ids[i] = merge(piece_ids[i], pair, 256 + rank)
+                piece_counts[i] = count_pairs(piece_ids[i])
+    return merges
+
+
 def encode(text: str, merges: dict[tuple[int, int], int]) -> list[int]:
     """text -> token ids with learnt merges (byte-level BPE).
 
@@ -119,27 +171,6 @@ def bytes_to_unicode() -> dict[int, str]:
             table[b] = chr(256 + extra)
             extra += 1
     return table
-
-
-def _unicode_class(*prefixes: str) -> str:
-    """The body of a regular-expression class: every code point whose category starts with a prefix."""
-    ranges, start = [], None
-    for code in range(0x110001):
-        inside = code <= 0x10FFFF and unicodedata.category(chr(code)).startswith(prefixes)
-        if inside and start is None:
-            start = code
-        elif not inside and start is not None:
-            ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(code - 1))}")
-            start = None
-    return "".join(ranges)
-
-
-# GPT-2's pre-split: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-_L, _N = _unicode_class("L"), _unicode_class("N")
-_S = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"  # Unicode's White_Space
-GPT2_SPLIT = re.compile(
-    rf"'s|'t|'re|'ve|'m|'ll|'d| ?[{_L}]+| ?[{_N}]+| ?[^{_S}{_L}{_N}]+|[{_S}]+(?![^{_S}])|[{_S}]+"
-)
 
 
 class BPETokenizer:
