@@ -272,7 +272,9 @@ def train(
     ``batch_fn(ids, batch_size, block_size, generator=...) -> (x, y)``: cuts the training and
     validation batches; ``helpers.data.get_batch`` by default. (The lesson passes the student's
     ``train_step``, ``learning_rate`` and ``get_batch``.)
-    ``callback(log)``: called with the log so far after every evaluation (e.g. ``LiveLossPlot()``).
+    ``callback(log)``: called with the log so far after every evaluation, and after every row of
+    the log as well when the callback has a true ``every_row`` attribute (``LiveLossPlot`` has: its
+    curve shows the training loss from the first rows on).
 
     The log has one row every ``log_every`` steps and one at every evaluation, with the columns
     ``LOG_COLUMNS``: ``step`` (updates done), ``train_loss`` (mean training loss of the updates
@@ -324,6 +326,7 @@ def train(
         log.attrs.update(config=dataclasses.asdict(config), train_s=train_s, eval_s=eval_s)
         return log
 
+    every_row = bool(getattr(callback, "every_row", False))
     bar = tqdm(total=config.steps, desc="training", unit="step", disable=not config.progress)
     try:
         if config.eval_at_start:  # the untrained model, on training batches too (no update yet)
@@ -357,7 +360,7 @@ def train(
                 val_loss = evaluate() if evaluating else math.nan
                 add_row(done, lr, val_loss)
                 bar.set_postfix(loss=f"{rows[-1]['train_loss']:.3f}", refresh=False)
-                if evaluating and callback is not None:
+                if callback is not None and (evaluating or every_row):
                     callback(frame())
             bar.update(1)
     finally:
@@ -368,15 +371,27 @@ def train(
 class LiveLossPlot:
     """A ``callback`` for ``train`` that redraws the loss curves in place in a notebook.
 
-    ``reference`` maps a label to a loss drawn as a dashed line, as in
-    ``helpers.plotting.plot_loss_curves``. Outside a notebook it draws nothing visible.
+    ``train`` calls it after every row of the log (``every_row``): the training loss (the mean of
+    each row's steps) shows from the first rows on, and each validation loss joins the figure when
+    it is measured. The step axis spans the whole run from the first drawing on, the loss axis at
+    least half a nat below the lowest loss so far. A redraw costs
+    a tenth of a second or more, so between evaluations it redraws at most every ``redraw_s``
+    seconds and no more often than keeps the drawing under 5 % of the time; it always redraws after
+    an evaluation and at the last step. ``reference`` maps a label to a loss drawn as a dashed
+    line, as in ``helpers.plotting.plot_loss_curves``. Outside a notebook it draws nothing visible.
     """
 
-    def __init__(self, *, title: str = "Loss while training", reference: Mapping[str, float] | None = None):
+    every_row = True
+
+    def __init__(self, *, title: str = "Loss while training", reference: Mapping[str, float] | None = None,
+                 redraw_s: float = 1.5):
         self.title = title
         self.reference = dict(reference or {})
+        self.redraw_s = redraw_s
         self.figure = None
         self._handle = None
+        self._drawn_at = -math.inf
+        self._draw_s = 0.0  # how long the last redraw took
 
     def __call__(self, log: pd.DataFrame) -> None:
         from IPython.display import display
@@ -384,16 +399,32 @@ class LiveLossPlot:
 
         from helpers.plotting import plot_loss_curves
 
+        steps = log.attrs.get("config", {}).get("steps")
+        last = log.iloc[-1]
+        evaluated = "val_loss" in log and math.isfinite(last["val_loss"])
+        final = steps is not None and int(last["step"]) >= steps
+        now = time.perf_counter()
+        if not (evaluated or final or now - self._drawn_at >= max(self.redraw_s, 19 * self._draw_s)):
+            return
         if self.figure is None:  # a Figure outside pyplot: the notebook does not show it twice
             self.figure = Figure(figsize=(7.0, 4.2), layout="constrained")
             self.figure.add_subplot()
         ax = self.figure.axes[0]
         ax.clear()
         plot_loss_curves(log, ax=ax, title=self.title, reference=self.reference or None)
+        if steps:
+            ax.set_xlim(0, steps)  # the whole run from the start: the curve grows into it
+        losses = log[[c for c in ("train_loss", "val_loss") if c in log]].to_numpy(dtype=float)
+        losses = losses[np.isfinite(losses)]
+        if losses.size:  # at least half a nat below the lowest loss so far: no axis for a single point
+            top = max([losses.max(), *self.reference.values()])
+            ax.set_ylim(max(0.0, losses.min() - 0.5), top + 0.15)
         if self._handle is None:
             self._handle = display(self.figure, display_id=True)
         else:
             self._handle.update(self.figure)
+        self._drawn_at = time.perf_counter()
+        self._draw_s = self._drawn_at - now
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from helpers.reference.transformer_lm import Config, TransformerLM
 from helpers.training import (
     LOG_COLUMNS,
     CheckpointError,
+    LiveLossPlot,
     TrainConfig,
     checkpoint_name,
     configure_optimizer,
@@ -86,6 +87,44 @@ def test_a_custom_step_and_callback_are_used(tiny):
     assert calls[0][2] == pytest.approx(1e-2 / 5)  # warm-up starts at lr / warmup_steps
     assert [len(f) for f in frames] == [1, 2, 3]  # after the evaluations at steps 0, 5 and 10
     assert frames[-1].train_loss.iloc[1:].eq(1.5).all()  # row 0: the untrained model, measured
+
+
+def test_a_callback_with_every_row_is_called_after_every_row(tiny):
+    _, data, config = tiny
+
+    class Rows(list):
+        every_row = True
+
+        def __call__(self, log):
+            self.append(len(log))
+
+    rows = Rows()
+    train(TransformerLM(config), data, quick(steps=20, eval_every=10, log_every=5), callback=rows)
+    assert rows == [1, 2, 3, 4, 5]  # step 0, then every 5 steps, evaluations (10, 20) called once
+
+
+def test_the_live_plot_draws_the_training_loss_between_evaluations(tiny, monkeypatch):
+    import IPython.display
+
+    shown = []
+
+    class Handle:
+        def update(self, figure):
+            shown.append(figure)
+
+    def display(figure, display_id=None):
+        shown.append(figure)
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    _, data, config = tiny
+    live = LiveLossPlot()
+    train(TransformerLM(config), data, quick(steps=20, eval_every=10, log_every=5), callback=live)
+    assert len(shown) >= 3  # at least at every evaluation (steps 0, 10 and 20), the last one included
+    ax = live.figure.axes[0]
+    assert ax.get_xlim() == (0, 20)  # the whole run, from the first drawing on
+    curves = {line.get_label(): line.get_xdata() for line in ax.get_lines()}
+    assert list(curves["train_loss"]) == [0, 5, 10, 15, 20] and list(curves["val_loss"]) == [0, 10, 20]
 
 
 def test_a_step_that_returns_a_tensor_is_refused(tiny):
