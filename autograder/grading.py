@@ -190,8 +190,9 @@ def judge_test(test: Test, job: JobResult, answer_line: StepLine | None, code: t
             REGISTRY[record.check].judge(data)
         except CheckFailed as exc:
             return result("failed", str(exc))
-        except Exception as exc:  # noqa: BLE001 - malformed data: not what a probe writes
-            return result("tampered", f"the test's data was not what the check produces ({type(exc).__name__}: {exc})")
+        except Exception as exc:  # noqa: BLE001 - data no probe writes, or a fault of the judge's own
+            return result("tampered", f"the test's data was not what the check produces ({type(exc).__name__}: {exc}): "
+                          "the notebook forged it, or the check has a fault; either way the instructor should look")
     if line.status == "error":
         return result("error", f"the test raised {line.error}")
     return result("passed", "passed")

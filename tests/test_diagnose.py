@@ -695,6 +695,17 @@ def test_first_divergence_names_the_first_value_that_departs():
     assert "mlp.0 was never called" in missing
 
 
+def test_a_departing_value_that_is_a_sub_module_applied_or_undone_is_told_only_when_it_runs_so():
+    norm = nn.LayerNorm(4, dtype=torch.float64)
+    x = torch.randn(3, 4, dtype=torch.float64) * 3 + 1
+    applied = first_divergence({"mlp (input)": norm(x)}, {"mlp (input)": x}, 1e-9, 1e-9, modules={"norm": norm})
+    assert "It is exactly norm applied to the reference's value" in applied
+    undone = first_divergence({"mlp (input)": x}, {"mlp (input)": norm(x)}, 1e-9, 1e-9, modules={"norm": norm})
+    assert "It is the reference's value before norm" in undone
+    other = first_divergence({"mlp (input)": x + 1}, {"mlp (input)": x}, 1e-9, 1e-9, modules={"norm": norm})
+    assert "norm" not in other.split(";")[-1]  # no relation holds: none is told
+
+
 class Ignores(Tiny):
     """Calls the MLP but returns the normalised stream: the MLP's output is computed and dropped."""
 
@@ -763,6 +774,14 @@ def test_a_slice_along_the_wrong_axis_is_read_from_the_shapes():
     assert "Axis 1 (T) kept 1 more and axis 0 (B) 1 fewer than expected: the slice was made along the wrong axis" in text
     # one axis too short is not a slice on the wrong axis
     assert "wrong axis" not in explain_mismatch(ids[..., 1:], ids[:, 2:], what="shift", atol=TOL, rtol=TOL)
+
+
+def test_an_output_cut_short_is_told_only_when_it_is_the_references_start():
+    ids = torch.arange(21.0).reshape(3, 7)
+    text = explain_mismatch(ids, ids[:, :2], what="f", atol=TOL, rtol=TOL)
+    assert "are the reference's first 2, and the other 5 are missing: the work stopped early" in text
+    for other in (ids[:, 1:3], ids[:, :2] + 1, ids[:2, :2]):  # another part, other values, two axes short
+        assert "stopped early" not in explain_mismatch(ids, other, what="f", atol=TOL, rtol=TOL)
 
 
 def test_a_term_scaled_by_a_square_root_is_read_from_the_difference():

@@ -357,3 +357,20 @@ def test_readme_says_the_childs_whole_environment():
     set_there |= set(re.findall(r'os\.environ\["([A-Z_]+)"\]', child))
     for name in set_there:
         assert f"`{name}" in stated, f"README's threat model does not name {name}, which the child sets"
+
+
+def test_readme_lists_every_status_grading_gives_and_no_other():
+    """The statuses README explains for grades.csv are exactly grading's, and grading's own table
+    explains each of them too (a status added in one place and not the other fails here)."""
+    from autograder import grading
+    from autograder.reports import NOT_GRADED
+
+    text = " ".join(readme().split())
+    bullet = text[text.index("`grades.csv`: one row per"):]
+    bullet = bullet[: bullet.index("`totals.csv`")]
+    named = set(re.findall(r"`([a-z][a-z ]*)`", bullet))  # every status is a plain word in backticks there
+    named |= {"tampered"} if "Statuses also include `tampered`" in text else set()  # told in its own paragraph
+    assert named == {*grading.STATUSES, NOT_GRADED}, named ^ {*grading.STATUSES, NOT_GRADED}
+    table = grading.__doc__.split("========")
+    for status in grading.STATUSES:
+        assert re.search(rf"^{status}\s", "\n".join(table), re.M), f"grading's table does not explain {status}"

@@ -374,3 +374,14 @@ def test_the_lesson_check_table_is_what_each_notebook_imports():
         text = notebook.read_text(encoding="utf-8")
         imported[notebook.parent.name] = tuple(sorted(set(re.findall(r"from helpers\.checks\.([a-z0-9_]+) import", text))))
     assert imported == {k: tuple(sorted(v)) for k, v in LESSON_CHECKS.items()}
+
+
+def test_a_judge_that_raises_is_the_checks_fault_never_the_students():
+    """A fault in a check's own judge (here a division by zero) reads as the course's fault, in words,
+    not as a bare traceback a student would take for an error of theirs."""
+    from helpers.checks.core import Check
+
+    check = Check("check_toy_judge_fault", lambda f: {"out": f(2)}, lambda data: 1 / 0)
+    with pytest.raises(CheckFailed, match="could not judge your answer: its own code raised ZeroDivisionError") as told:
+        check(lambda x: x)
+    assert "not a verdict on your code" in str(told.value)

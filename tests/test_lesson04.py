@@ -11,6 +11,7 @@ from harness import CatalogueTests, catalogue
 from torch import nn
 
 from helpers.checks import multihead as checks
+from helpers.checks import multihead_mistakes as mistakes
 from helpers.checks.core import close
 from helpers.params import num_parameters
 from helpers.reference.multihead import CausalSelfAttention, MultiHeadAttention, fuse_heads
@@ -104,11 +105,11 @@ def test_checks_pass_on_the_reference():
 @pytest.mark.parametrize("kind", ["mha", "csa"])
 def test_mistakes_the_checks_name_are_distinguishable(kind):
     """On the visible cases, no named mistake computes the right answer or another mistake's."""
-    cases, variants_of = (checks.MHA_CASES, checks.mha_variants) if kind == "mha" else (checks.CSA_CASES, checks.csa_variants)
+    cases, variants_of = (checks.MHA_CASES, mistakes.mha_variants) if kind == "mha" else (checks.CSA_CASES, mistakes.csa_variants)
     for seed, batch, T, C, hs, nh, dtype in cases:
-        weights, x, _ = checks._inputs(seed, batch, T, C, hs, nh, dtype)
-        heads = checks.head_outputs(weights, x)  # (..., nh, T, hs)
-        correct = checks._merge(heads) @ weights["to_output"].T
+        weights, x, _ = mistakes.case_inputs(seed, batch, T, C, hs, nh, dtype)
+        heads = mistakes.head_outputs(weights, x)  # (..., nh, T, hs)
+        correct = mistakes.merge_heads(heads) @ weights["to_output"].T
         variants = list(variants_of(weights, x, nh, hs).items())
         for i, (label, out) in enumerate(variants):
             assert not close(correct, out, 1e-6, 1e-6), label

@@ -112,7 +112,9 @@ def _judge_mask(cases):
                 i, j = (hidden & past).nonzero()[0][-2:].tolist()
                 raise CheckFailed(
                     f"{what}: the mask is inverted. Query {i} cannot see key {j} (j <= i, the past), while the future "
-                    "is left visible. Hide the entries above the diagonal (torch.triu(..., diagonal=1)), not below it."
+                    "is left visible. Hide the entries above the diagonal (the future), not those on and below it: check "
+                    "which entries your mask marks (torch.triu(..., diagonal=1) marks the future), and which of them get "
+                    "-inf (masked_fill fills where the mask is True; torch.where(cond, a, b) takes a where cond is True)."
                 )
             if (hidden & past).any() and bool((scores[hidden & past] == 0).all()) and (hidden & past).sum() == (
                     (scores == 0) & past).sum():

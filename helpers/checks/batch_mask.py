@@ -14,7 +14,7 @@ import torch
 from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
-from helpers.checks.kv_cache import causal_with_past, known_good_forward_cached, small_model
+from helpers.checks.kv_cache_known import causal_with_past, known_good_forward_cached, small_model
 from helpers.reference import sampling
 
 # ---------------------------------------------------------------------------------------------
@@ -95,7 +95,13 @@ def _judge_mask(cases):
             if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (B, 1, T_new, T_total) or mask.dtype != torch.bool:
                 raise CheckFailed(f"{what}: the mask should be a bool tensor of shape {(B, 1, T_new, T_total)}, got {describe(mask)}.")
             if not isinstance(pos, torch.Tensor) or tuple(pos.shape) != (B, T_new) or pos.dtype.is_floating_point:
-                raise CheckFailed(f"{what}: the positions should be an integer tensor of shape {(B, T_new)}, got {describe(pos)}.")
+                every = expected_mask_and_positions(real, T_total)[1]  # (B, T_total): the positions of every column
+                whole = (isinstance(pos, torch.Tensor) and T_new < T_total and tuple(pos.shape) == (B, T_total)
+                         and torch.equal(pos.long(), every.long()))
+                more = (f" They are the positions of all T_total = {T_total} columns, right for each: only the newest "
+                        f"T_new = {T_new} are asked for, the last {T_new} columns ([:, -T_new:])." if whole else "")
+                raise CheckFailed(f"{what}: the positions should be an integer tensor of shape {(B, T_new)}, got "
+                                  f"{describe(pos)}.{more}")
             query_real = real[:, T_past:]  # (B, T_new)
             rows = query_real.view(B, 1, T_new, 1).expand_as(mask)
             if not torch.equal(mask[rows], want_mask[rows]):

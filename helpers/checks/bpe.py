@@ -86,6 +86,8 @@ def pair_variants(ids):
         "the first pair is missing: start at position 0": pairs_known(ids[1:]),
         "every pair counts 1: count how often each occurs": {p: 1 for p in pairs_known(ids)},
         "you paired tokens two apart (ids[i], ids[i + 2]); neighbours are ids[i], ids[i + 1]": pairs_known(ids, gap=2),
+        "only the last pair is in your dict, counted once: is the dict created anew inside the loop? Create it "
+        "once, before the loop": {(ids[-2], ids[-1]): 1} if len(ids) > 1 else {},
     }
 
 
@@ -186,7 +188,9 @@ def merge_reading(case, got, expected):
     if not isinstance(got, list):
         return None
     if got == list(ids):
-        return f"nothing was merged: your output is ids unchanged, though {pair} occurs at {_positions(ids, pair)}"
+        return (f"nothing was merged: your output is ids unchanged, though {pair} occurs at {_positions(ids, pair)}. "
+                "Does your comparison ever hold? A list slice never equals a tuple ([1, 2] == (1, 2) is False): "
+                "compare (ids[i], ids[i + 1]) == pair")
     if got == [x for x in expected if x != new_id]:
         return f"each occurrence of {pair} was removed instead of replaced: append new_id ({new_id}) where the pair was"
     if got == [x for x in expected if x == new_id]:
@@ -226,6 +230,8 @@ def train_variants(case):
         "ties went to the smallest pair: among equally frequent pairs take the one that occurs first (max over the dict keeps its order)": train_known(text, n, pick=lambda c: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0]),
         "the new ids are off by one: merge r gets id 256 + r, the first free id after the 256 bytes": train_known(text, n, first_id=257),
         "the new ids start at 255, which is already the byte 0xff: merge r gets id 256 + r": train_known(text, n, first_id=255),
+        "the dict records merge r under 256 + r, but the ids are merged with 256 every time: the id written into "
+        "the ids must be the one recorded, merge(ids, pair, 256 + r)": train_known(text, n, merged_as=lambda r: 256),
         "the pairs were counted once, on the bytes: count again after every merge, on the merged ids": {p: 256 + r for r, p in enumerate(once)},
         "the ids were not updated after a merge (ids = merge(ids, pair, new_id)), so the same pair won every round": {once[0]: 255 + n} if once else {},
         "you took the largest pair (max(counts) compares the pairs themselves), not the most frequent: max(counts, key=counts.get)": train_known(text, n, pick=max),
@@ -238,6 +244,9 @@ def train_reading(case, got, expected):
         return None
     ids = list(case[0].encode("utf-8"))
     mine, learnt = list(got.items()), set(ids)
+    if len(mine) > 1 and len({new_id for _, new_id in mine}) == 1:
+        return (f"every one of your {len(mine)} merges got the same id, {mine[0][1]}: merge r gets its own id, 256 + r. "
+                "Does the counter of new ids advance after each merge?")
     for rank, (pair, new_id) in enumerate(expected.items()):
         counts = pairs_known(ids)
         if rank >= len(mine):

@@ -30,14 +30,17 @@ def merge_known(ids, pair, new_id):
     return out
 
 
-def train_known(text, n_merges, start=None, pick=None, first_id=256):
+def train_known(text, n_merges, start=None, pick=None, first_id=256, merged_as=None):
+    """The reference's training, or a variant of it: ``start`` (the text to ids), ``pick`` (the pair
+    chosen from the counts), ``first_id`` (merge r's id), ``merged_as`` (rank -> the id written into
+    the ids, when it is not the one recorded)."""
     ids, merges = list(text.encode("utf-8")) if start is None else start(text), {}
     for rank in range(n_merges):
         if not (counts := pairs_known(ids)):
             break
         pair = (pick or (lambda c: max(c, key=c.get)))(counts)
         merges[pair] = first_id + rank
-        ids = merge_known(ids, pair, first_id + rank)
+        ids = merge_known(ids, pair, first_id + rank if merged_as is None else merged_as(rank))
     return merges
 
 

@@ -19,12 +19,11 @@ from contextlib import contextmanager
 
 import torch
 
-from helpers.checks import kv_cache
 from helpers.checks.core import CheckFailed, describe, expect_callable, runs, visible_and_hidden
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
-from helpers.checks.kv_cache import KnownGoodCachedAttention as KnownGood
-from helpers.checks.kv_cache import known_good_forward_cached, small_model
+from helpers.checks.kv_cache_known import CONFIG, known_good_forward_cached, small_model
+from helpers.checks.kv_cache_known import KnownGoodCachedAttention as KnownGood
 from helpers.reference import sampling
 
 
@@ -57,7 +56,7 @@ GEN_HIDDEN_CASES = [
 
 
 def _prompt(shape, seed):
-    return torch.randint(0, kv_cache.CONFIG["n_vocab"], shape, generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, CONFIG["n_vocab"], shape, generator=torch.Generator().manual_seed(seed))
 
 
 def _probe_generate(cases):
@@ -77,7 +76,7 @@ def _probe_generate(cases):
                 model = small_model()
                 model.train(training)
                 KnownGood.calls, steps[:] = [], []
-                cfg = kv_cache.CONFIG
+                cfg = CONFIG
                 sizes = {"V": cfg["n_vocab"], "C": cfg["emb_dim"], "H": cfg["n_hidden"], "hs": cfg["head_dim"],
                          "nh": cfg["n_heads"], "T0": shape[-1], **({"B": shape[0]} if len(shape) == 2 else {})}
                 options = dict(temperature=temperature, top_k=top_k, top_p=top_p)

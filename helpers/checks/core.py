@@ -106,7 +106,15 @@ class Check:
                 raise
             except Exception as exc:  # the student's code raised: say where, and what it means
                 raise CheckFailed(_explain_error(exc)) from exc
-            summary = self.judge(data)
+            try:
+                summary = self.judge(data)
+            except CheckFailed:
+                raise
+            except Exception as exc:  # the judge's own fault: never shown as if the student's code raised it
+                raise CheckFailed(
+                    f"This check could not judge your answer: its own code raised {_plain_error(exc)}. That is a "
+                    "fault of the course's check, not a verdict on your code; please tell your instructor."
+                ) from exc
         print(f"\N{CHECK MARK} {summary}")
         return None
 

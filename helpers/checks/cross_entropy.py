@@ -150,7 +150,14 @@ def ce_variants(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.
         "you averaged the log-probabilities of every class, not only the target's: pick the one entry "
         "per row whose column is the target": -logp.mean(),
         "the targets are off by one: you picked column target - 1": loss(logp.roll(1, dims=-1)),
+        "the log-sum-exp is of the values shifted by the row's maximum, but it is subtracted from the unshifted "
+        "logits: every log-probability comes out too large by its row's maximum; subtract it from the same "
+        "shifted values": loss(rows - lse),
     }
+    if N and int(wanted.max()) < N:  # a gather along the rows runs only when every target is a valid row
+        variants["you gathered along dim 0, the rows: gather(0, t) picks logp[t[i], 0], column 0 of row t[i]; the "
+                 "target is a column of each row: logp.gather(1, targets.unsqueeze(1)), or "
+                 "logp[torch.arange(N), targets]"] = -logp.gather(0, wanted.unsqueeze(1)).squeeze(1).mean()
     for dim in range(logits.ndim - 1) if logits.ndim >= 3 else ():
         wrong = torch.log_softmax(logits, dim=dim).reshape(-1, V)
         variants[f"the softmax runs over dimension {dim}, not over the vocabulary (the last dimension)"] = loss(wrong)

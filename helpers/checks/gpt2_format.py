@@ -145,6 +145,11 @@ def gpt2_source(name: str) -> str:
     return f"h.{i}.mlp.{'c_fc' if parts[4] == '0' else 'c_proj'}.{last}"
 
 
+def _thirds(k: int) -> str:
+    """Output features of c_attn's k-th third: "0 to C", "C to 2C", "2C to 3C"."""
+    return " to ".join(("0", "C", "2C", "3C")[k:k + 2])
+
+
 def _same(a, b) -> bool:  # noqa: D103
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=1e-6, rtol=1e-5)
 
@@ -175,10 +180,19 @@ def _cause(name, got, expected, initial, C, nh) -> str:
         part = ("query", "key", "value").index(name.split(".")[-2])
         if have.dim() == 2 and _same(have, fused.T.reshape(fused.shape)[part * C:(part + 1) * C]):
             return f"the fused query/key/value weight h.{name.split('.')[1]}.attn.c_attn.weight {recut}, before splitting"
+        mine = name.split(".")[-2]
         for other in ("query", "key", "value"):
-            if other != name.split(".")[-2] and _same(have, expected[f"{prefix}.{other}.{kind}"]):
-                return ("query, key and value came out of c_attn in the wrong order: its output features are "
-                        f"query (0:C), then key (C:2C), then value (2C:3C); your {name.split('.')[-2]} holds {other}'s")
+            if other != mine and _same(have, expected[f"{prefix}.{other}.{kind}"]):
+                # the order is wrong only when the weight and the bias both show it (verified on both)
+                both = all(_same(got.get(f"{prefix}.{mine}.{k}"), expected[f"{prefix}.{other}.{k}"])
+                           for k in ("weight", "bias") if f"{prefix}.{mine}.{k}" in expected)
+                if both:
+                    return ("query, key and value came out of c_attn in the wrong order: its output features are "
+                            f"query (0:C), then key (C:2C), then value (2C:3C); your {mine} holds {other}'s")
+                o = ("query", "key", "value").index(other)
+                return (f"{name} holds {other}'s {kind}: {mine}'s {kind} is output features {_thirds(part)} of "
+                        f"c_attn.{kind}, and yours is {other}'s, {_thirds(o)}" + (" (the weight is right)" if _same(
+                            got.get(f"{prefix}.{mine}.weight"), expected[f"{prefix}.{mine}.weight"]) else ""))
         hs = C // nh
         by_head = fused.reshape(nh, 3, hs, *fused.shape[1:])  # the per-head layout some other models use
         if _same(have, by_head[:, part].reshape(C, *fused.shape[1:])):

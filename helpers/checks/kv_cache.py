@@ -11,7 +11,7 @@ heads (n_kv_heads), hs head size (head_dim), T_past cached positions, T_new new 
 sizes of a case are equal.
 
 The probes never use this lesson's reference (hidden while it is graded): the arithmetic is written
-out here (``attend_step``), and ``tests/test_lesson09.py`` checks that it agrees with the reference.
+out in ``kv_cache_known``, and ``tests/test_lesson09.py`` checks that it agrees with the reference.
 """
 
 from __future__ import annotations
@@ -20,111 +20,15 @@ import math
 from functools import partial
 
 import torch
-from torch import nn
 
 from helpers.checks import core
 from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify, runs
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
+from helpers.checks.kv_cache_known import chained
 from helpers.checks.verdict import load_weights, tolerance
 
-# lesson 06's model: hidden while lessons up to 06 are graded, so used only inside functions
-from helpers.reference import transformer_lm
-
 PARAMS = ("key.weight", "query.weight", "to_output.weight", "value.weight")
-
-
-def causal_with_past(T_new: int, T_total: int, offset: bool = True) -> torch.Tensor:
-    """(T_new, T_total) bool, True where new query i (at T_total - T_new + i) may see key j."""
-    diagonal = T_total - T_new if offset else 0
-    return torch.ones(T_new, T_total, dtype=torch.bool).tril(diagonal=diagonal)
-
-
-def attend_step(weights: dict, xc, cache, nh: int, n_kv: int, flavour: str = "right", mask=None):
-    """One call of cached attention on the new positions ``xc`` (B, T_new, C): ``(out, (k, v))``. ``flavour``:
-    ``right``, or a mistake: ``mask-not-offset`` (the new chunk's causal mask, top-left aligned), ``no-mask``,
-    ``cache-ignored``, ``new-first`` (new keys before the cached ones), ``sqrt-C`` (scaled by sqrt(C)),
-    ``tiled`` (key-value heads repeated with ``repeat`` instead of ``repeat_interleave``), ``v-from-k-cache``
-    and ``k-from-v-cache`` (one cache grown from the other's past)."""
-    (B, T_new, C), hs = xc.shape, weights["query.weight"].shape[0] // nh
-    q = (xc @ weights["query.weight"].T).view(B, T_new, nh, hs).transpose(1, 2)  # (B, nh, T_new, hs)
-    k = (xc @ weights["key.weight"].T).view(B, T_new, n_kv, hs).transpose(1, 2)  # (B, n_kv, T_new, hs)
-    v = (xc @ weights["value.weight"].T).view(B, T_new, n_kv, hs).transpose(1, 2)
-    if cache is not None and flavour != "cache-ignored":
-        olds = {"v-from-k-cache": (cache[0], cache[0]), "k-from-v-cache": (cache[1], cache[1])}.get(flavour, cache)
-        k, v = (torch.cat((new, old) if flavour == "new-first" else (old, new), dim=2)
-                for old, new in zip(olds, (k, v), strict=True))
-    T_total, k_all, v_all = k.shape[2], k, v
-    if nh != n_kv:  # (B, n_kv, T_total, hs) -> (B, nh, T_total, hs)
-        group = nh // n_kv
-        k_all, v_all = (t.repeat(1, group, 1, 1) if flavour == "tiled" else t.repeat_interleave(group, dim=1) for t in (k, v))
-    if mask is None:
-        mask = causal_with_past(T_new, T_total, offset=flavour != "mask-not-offset").to(xc.device)
-        mask = torch.ones_like(mask) if flavour == "no-mask" else mask
-    scale = math.sqrt(C if flavour == "sqrt-C" else hs)
-    scores = (q @ k_all.transpose(-2, -1) / scale).masked_fill(~mask, float("-inf"))  # (B, nh, T_new, T_total)
-    out = (torch.softmax(scores, dim=-1) @ v_all).transpose(1, 2).reshape(B, T_new, nh * hs)  # (B, T_new, nh*hs)
-    return out @ weights["to_output.weight"].T, (k, v)  # (B, T_new, C)
-
-
-def chained(weights: dict, x: torch.Tensor, chunks: list[int], nh: int, n_kv: int | None = None,
-            flavour: str = "right", masks: list | None = None):
-    """Run attention chunk after chunk with a growing cache: ``(out (B, T, C), [(k, v) per chunk])``."""
-    outs, caches, cache, start = [], [], None, 0
-    for index, T_new in enumerate(chunks):
-        out, cache = attend_step(weights, x[:, start : start + T_new], cache, nh, n_kv or nh, flavour,
-                                 None if masks is None else masks[index])
-        start += T_new
-        outs.append(out)
-        caches.append(cache)
-    return torch.cat(outs, dim=1), caches
-
-
-class KnownGoodCachedAttention(nn.Module):
-    """The course's ``CachedSelfAttention``, with lesson 04's parameters written out (its reference is hidden
-    while lessons 03 and 04 are graded). ``calls`` records every call: the number of new positions, whether
-    the returned cache carries an autograd graph (``requires_grad``), and the mode it ran in."""
-
-    calls: list[dict] = []
-
-    def __init__(self, emb_dim: int, head_dim: int, n_heads: int):
-        super().__init__()
-        self.head_dim, self.n_heads = head_dim, n_heads
-        for name in ("query", "key", "value"):
-            setattr(self, name, nn.Linear(emb_dim, n_heads * head_dim, bias=False))
-        self.to_output = nn.Linear(n_heads * head_dim, emb_dim, bias=False)
-
-    def forward(self, x, cache=None, mask=None):
-        weights = {f"{name}.weight": getattr(self, name).weight for name in ("query", "key", "value", "to_output")}
-        out, (k, v) = attend_step(weights, x, cache, self.n_heads, self.n_heads, mask=mask)
-        KnownGoodCachedAttention.calls.append({"T_new": x.shape[1], "grad": bool(k.requires_grad), "training": self.training})
-        return out, (k, v)
-
-
-CONFIG = dict(n_vocab=13, max_len=9, emb_dim=12, n_hidden=14, head_dim=5, n_heads=3, n_layers=2)
-
-
-def small_model(max_len: int = 9) -> transformer_lm.TransformerLM:
-    """A float64 TransformerLM with seeded weights large enough that its choices vary."""
-    model = transformer_lm.TransformerLM(transformer_lm.Config(**{**CONFIG, "max_len": max_len})).double()
-    g = torch.Generator().manual_seed(90)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.copy_(torch.randn(param.shape, generator=g, dtype=torch.float64) * 0.7)
-    return model.eval()
-
-
-def known_good_forward_cached(model, ids, caches, positions, mask=None):
-    """The course's ``forward_cached``, with ``KnownGoodCachedAttention`` in every layer."""
-    x = model.word_to_embedding(ids) + model.pos_to_embedding(positions)  # (B, T_new, C)
-    caches = [None] * len(model.layers) if caches is None else caches
-    grown = []
-    for layer, cache in zip(model.layers, caches, strict=True):
-        attended, cache = KnownGoodCachedAttention.forward(layer.attention, layer.norm_before_attn(x), cache, mask)
-        x = x + attended
-        x = x + layer.mlp(layer.norm_before_mlp(x))
-        grown.append(cache)
-    return model.lm_head(model.final_norm(x)), grown
 
 
 def _inputs(case):
@@ -147,7 +51,7 @@ def case_legend(case) -> dict:
 def joined(run: dict):
     """The outputs of a run side by side (B, T, C), or None when a call failed or they do not join."""
     try:
-        return None if "error" in run else torch.cat(run["outs"], dim=1)
+        return None if stopped(run) else torch.cat(run["outs"], dim=1)
     except Exception:  # noqa: BLE001
         return None
 
@@ -162,10 +66,14 @@ def run_chunked(module, x, chunks, sizes: dict) -> dict:
             here = {**sizes, "T_new": T_new, **({"T_past": start, "T_total": start + T_new} if step else {})}
             try:
                 with case_sizes(here):
-                    out, cache = module(x[:, start : start + T_new], cache)
-                    k, v = cache
+                    returned = module(x[:, start : start + T_new], cache)
             except Exception as exc:  # noqa: BLE001 - the judge explains the error
                 return {"outs": outs, "shapes": shapes, **caught(exc, here), "step": step}
+            problem = _returned_problem(returned, cache)
+            if problem:  # what the call returned cannot be used (the check's own unpacking would raise)
+                return {"outs": outs, "shapes": shapes, "returned": problem, "step": step}
+            out, cache = returned
+            k, v = cache
             start += T_new
             outs.append(out)
             shapes.append([list(getattr(k, "shape", [])), list(getattr(v, "shape", []))])
@@ -173,7 +81,7 @@ def run_chunked(module, x, chunks, sizes: dict) -> dict:
 
     with torch.no_grad():
         run = once(x)
-        if "error" not in run:
+        if not stopped(run):
             run.update(again=joined(once(x.clone())), alone=[joined(once(x[b : b + 1].clone())) for b in range(len(x))])
     return run
 
@@ -204,9 +112,33 @@ def _probe(with_kv: bool, cases):
     return probe
 
 
+def stopped(run: dict) -> bool:
+    """A chunked run that stopped at a call: the call raised, or returned what cannot be used."""
+    return "error" in run or "returned" in run
+
+
+def _returned_problem(returned, given) -> str | None:
+    """Probe side: why a call's return value is not ``(output, (k, v))``, in words; None when it is."""
+    if not isinstance(returned, (tuple, list)) or len(returned) != 2:
+        return f"returned {describe(returned)}, not the pair (output, cache)"
+    cache = returned[1]
+    if (given is None and cache is None) or (isinstance(cache, (tuple, list)) and isinstance(given, (tuple, list))
+                                             and len(cache) == len(given) and all(a is b for a, b in zip(cache, given, strict=True))):
+        shown = "None" if given is None else describe(given)
+        return f"returned as its cache the one it was given ({shown}), not one holding this call's keys and values"
+    if not isinstance(cache, (tuple, list)) or len(cache) != 2 or not all(isinstance(t, torch.Tensor) for t in cache):
+        return f"returned as its cache {describe(cache)}, not a pair of tensors (k, v)"
+    return None
+
+
 def call_error(what: str, run: dict, chunks) -> None:
-    """Judge side: fail for a call that raised, with what the probe established about it."""
+    """Judge side: fail for a call that raised or returned what cannot be used, with what the probe
+    established about it."""
     step, hint = run["step"], ""
+    if "returned" in run:
+        raise CheckFailed(f"{what}: call {step + 1} (T_new = {chunks[step]}) {run['returned']}. forward returns "
+                          "(output, (k, v)), where k and v hold the keys and values of every position so far: the "
+                          "cache it was given (none on the first call) with this call's appended along the time axis.")
     if step and "Sizes of tensors must match except in dimension" in str(run.get("error")):
         hint = f" {CAT_HINT}"
     elif step:
@@ -254,6 +186,8 @@ MISTAKES = {
     "sqrt-C": "the scores were divided by sqrt(C) = sqrt(emb_dim) instead of sqrt(hs) = sqrt(head_dim)",
     "v-from-k-cache": "the values were grown from the cached keys (torch.cat([cache[0], v])): the cached values are cache[1]",
     "k-from-v-cache": "the keys were grown from the cached values (torch.cat([cache[1], k])): the cached keys are cache[0]",
+    "values-are-keys": "the attention weights multiply the keys instead of the values: your output is "
+    "softmax(scores) @ keys (a copy of the keys' line, k where v was meant?); weight the values, softmax(scores) @ v",
     "tiled": "the key and value heads were repeated in the wrong order (repeat tiles them: query head h read kv head h % n_kv); "
     "consecutive query heads share a kv head: head h reads kv head h // (nh // n_kv), which repeat_interleave(..., dim=1) "
     "(or expand + reshape) gives",
@@ -281,13 +215,13 @@ def _judge(with_kv: bool, name: str, cases):
                                       f"{shape[1]}; expected {want} each, the layout (B, {'n_kv' if with_kv else 'nh'}, "
                                       f"T_past + T_new, hs).{extra}")
             sizes = {**case_legend(case), "T": x.shape[1]}
-            if "error" in run:
+            if stopped(run):
                 call_error(what, run, chunks)
             output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
             got = torch.cat(run["outs"], dim=1)
             if not close(expected, got, tol, tol):
                 flavours = ["mask-not-offset", "no-mask", "cache-ignored", "new-first", "sqrt-C", "v-from-k-cache",
-                            "k-from-v-cache"]
+                            "k-from-v-cache", "values-are-keys"]
                 if with_kv and nh != n_kv:
                     flavours.insert(0, "tiled")
                 variants = {MISTAKES[f]: chained(w64, x.double(), chunks, nh, n_kv, f)[0] for f in flavours}
@@ -339,6 +273,4 @@ check_cached_attention, check_cached_attention_hidden = core.visible_and_hidden(
 check_grouped_query, check_grouped_query_hidden = core.visible_and_hidden(
     "check_grouped_query", partial(_probe, True), partial(_judge, True, "GroupedQueryAttention"), GQA_CASES, GQA_HIDDEN_CASES)
 
-__all__ = ["CONFIG", "KnownGoodCachedAttention", "causal_with_past", "chained", "check_cached_attention",
-           "check_cached_attention_hidden", "check_grouped_query", "check_grouped_query_hidden",
-           "known_good_forward_cached", "small_model"]
+__all__ = ["check_cached_attention", "check_cached_attention_hidden", "check_grouped_query", "check_grouped_query_hidden"]

@@ -23,8 +23,9 @@ class Looping(Exception):
         if same:
             held = "; ".join(f"{k} = {end[k]!r}"[:120] for k in same[:3])
             text += (f" At line {steps // 2:,} and at line {steps:,} it held the same {held}: nothing in the loop "
-                     "changes them, so every round repeats the same step. The loop must move on: advance the "
-                     "index, or store each step's result back (ids = merge(ids, pair, new_id)).")
+                     "changes them, so every round repeats the same step. What should change each round does not: "
+                     "is the index advanced, is each step's result stored back (ids = merge(ids, pair, new_id)), and "
+                     "is what the loop chooses from (the pairs and their counts) computed again from the current ids?")
         return text
 
 

@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from helpers.checks import kv_cache as cached
 from helpers.checks.core import (
     CheckFailed,
     close,
@@ -33,15 +34,7 @@ from helpers.checks.core import (
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import attempt, caught, raise_caught
 from helpers.checks.invariants import input_gradients, judge_input_gradients
-from helpers.checks.kv_cache import (
-    PARAMS,
-    call_error,
-    causal_with_past,
-    joined,
-    output_shapes,
-    run_chunked,
-    steady,
-)
+from helpers.checks.kv_cache_known import causal_with_past
 from helpers.checks.verdict import load_weights, tolerance
 
 
@@ -152,6 +145,11 @@ def _frequency_read(x, out, positions, tol, base=10000.0) -> str | None:
     k = -hs * math.log(per_position) / math.log(base)  # pair 1 turns by base ** (-k / hs) per position
     if abs(k - 2) < 1e-6 or not close(known_good_rope(x.double(), positions, base, k=k), out, tol, tol):
         return None
+    if abs(k) < 1e-6:  # base ** 0: the exponent is 0 for every pair
+        return ("every pair turns by the same angle, 1 radian per position (base ** 0): the exponent -2i / hs came "
+                "out 0 for every pair i, so the frequencies do not fall off across the pairs (your values are that "
+                "rotation exactly). Was the exponent computed with an integer division? 2 * i // hs is 0 for every "
+                "i < hs/2; divide with / on a float tensor")
     return (f"each pair turns by base ** (-{k:.4g} i / hs) per position: the frequencies fall off "
             f"{'faster' if k > 2 else 'more slowly'} across the pairs "
             f"than the lesson's base ** (-2i / hs), as if the exponent divided by {2 * hs / k:.4g} instead of hs = {hs} "
@@ -277,7 +275,7 @@ def _rotary_inputs(case):
     g = torch.Generator().manual_seed(seed)
     weights = {name: torch.randn(*(((C, nh * hs) if name == "to_output.weight" else (nh * hs, C))), generator=g,
                                  dtype=torch.float64) / (math.sqrt(nh * hs) if name == "to_output.weight" else 1)
-               for name in PARAMS}
+               for name in cached.PARAMS}
     return weights, torch.randn(B, sum(chunks), C, generator=g, dtype=torch.float64)
 
 
@@ -298,7 +296,7 @@ def _probe_rotary(cases):
                 expect_default_dtype(module, f"{cls.__name__}({C}, {hs}, {nh})")
                 module = module.to(dtype)
                 load_weights(module, weights, f"{cls.__name__}({C}, {hs}, {nh})")
-                runs.append(run_chunked(module, x.to(dtype), chunks, {"B": B, "C": C, "hs": hs, "nh": nh}))
+                runs.append(cached.run_chunked(module, x.to(dtype), chunks, {"B": B, "C": C, "hs": hs, "nh": nh}))
             return {"runs": runs}
         finally:
             for scope, original in saved:
@@ -314,16 +312,16 @@ def _judge_rotary(cases):
             weights, x = _rotary_inputs(case)
             what = (f"RotarySelfAttention({C}, {hs}, {nh}) on x of shape {tuple(x.shape)} in chunks of {chunks}, "
                     "each call given the cache the previous one returned")
-            if "error" in run:
-                call_error(what, run, chunks)
+            if cached.stopped(run):
+                cached.call_error(what, run, chunks)
             expected, (k, v) = rotary_chained(weights, x, chunks, nh)
             tol = tolerance(dtype)
             sizes = {"B": B, "T": x.shape[1], "C": C, "hs": hs, "nh": nh}
-            output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
-            got = joined(run)
+            cached.output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
+            got = cached.joined(run)
             if not close(expected, got, tol, tol):
                 variants = {ROTARY_MISTAKES[f]: rotary_chained(weights, x, chunks, nh, f)[0] for f in ROTARY_MISTAKES}
-                label = identify(got, variants, tol, tol) if steady(run, got, tol) else None
+                label = identify(got, variants, tol, tol) if cached.steady(run, got, tol) else None
                 if label:
                     raise CheckFailed(f"{what}: {label}. Evidence: {first_mismatch(expected, got, tol, tol)}.")
                 raise CheckFailed(explain_mismatch(expected, got, what=what, atol=tol, rtol=tol, axes=("B", "T", "C"),

@@ -230,6 +230,13 @@ def _top_k_variants(logits, k, expected):
         "you returned the probabilities (0 on the removed tokens): return the logits with -inf on the removed "
         "tokens": torch.softmax(logits, dim=-1).masked_fill(expected == -INF, 0.0),
     }
+    row_kth = logits.topk(min(k, V), dim=-1).values[..., -1:]  # (..., 1): each row's k-th largest
+    variants["you used one threshold for every row, the smallest of the rows' k-th largest values (a min() "
+             "over the whole batch): each row keeps its own k largest, compare with values[..., -1:]"] = \
+        logits.masked_fill(logits < row_kth.min(), -INF)
+    if logits.dim() > 1:
+        variants[f"you clamped k by logits.shape[0] = {logits.shape[0]}, the number of rows, instead of the "
+                 f"vocabulary size logits.shape[-1] = {V}"] = top_k_expected(logits, min(k, logits.shape[0]))
     flat_kth = logits.reshape(-1).sort(descending=True).values[min(k, V) - 1]
     variants["you took the k-th largest value of the whole batch instead of each row's: "
              "sort or topk along the last dimension (dim=-1)"] = logits.masked_fill(logits < flat_kth, -INF)

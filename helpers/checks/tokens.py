@@ -100,9 +100,13 @@ def _judge_encode_ok(text: str, run: dict) -> None:
         )
     if tuple(out.shape) != (len(text),):
         spelled = f" (they spell {_show(_spelled(out.reshape(-1).tolist()))})" if out.numel() < 1000 else ""
+        ids, n = out.reshape(-1).tolist(), out.numel()
+        early = (f" They are the text's first {n} character{'s' if n > 1 else ''} and the rest is missing: does the "
+                 "loop end too soon (a return inside it, a range that stops short)?"
+                 if out.ndim == 1 and 0 < n < len(text) and ids == [ord(ch) for ch in text[:n]] else "")
         raise CheckFailed(
             f"{what} should return shape ({len(text)},), one id per character, got "
-            f"{tuple(out.shape)}{spelled}."
+            f"{tuple(out.shape)}{spelled}.{early}"
         )
     if not torch.equal(out, expected):
         _, message = diagnose(expected, out, what=f"{what} returned ids that spell {_show(_spelled(out.tolist()))}",

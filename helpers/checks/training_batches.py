@@ -5,8 +5,7 @@ row of ``x`` and ``y`` can be traced back to the positions it was cut from. It r
 batches, whether the generator and PyTorch's global random numbers were used, and many batches
 from one generator. The judge finds the start of every row, checks the windows and targets, that
 every start that fits (and none that does not) comes up, that a seeded generator gives the same
-batch and that the global random numbers are left alone. When the student's code raises, the
-probe keeps the explanation (``caught``) and draws more batches: when only some draws raise and
+batch and that the global random numbers are left alone. When some draws raise (``caught``) and
 the others are right, the starts are too large.
 
 Shape legend: B batch size, T block size (time), N length of the text. No two are equal.
@@ -18,15 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.checks.core import (
-    CheckFailed,
-    describe,
-    expect_callable,
-    first_mismatch,
-    need,
-    runs,
-    visible_and_hidden,
-)
+from helpers.checks import core
+from helpers.checks.core import CheckFailed, describe, expect_callable, first_mismatch, need, runs
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
 
@@ -169,7 +161,11 @@ def _read(case: Case, what: str, pair: dict) -> tuple[torch.Tensor, torch.Tensor
         if tuple(t.shape) != (B, T):
             rows = (f" The rows are windows, one per start: {t.shape[0]} rows means {t.shape[0]} start(s) were drawn; "
                     "draw batch_size of them." if t.dim() == 2 and t.shape[1] == T and t.shape[0] != B else "")
-            raise CheckFailed(f"{what}: {name} should have shape (batch_size, block_size) = {(B, T)}, got {tuple(t.shape)}.{rows}")
+            cols = (f" Each row is a window of {B} = batch_size consecutive ids of the text where block_size = {T} "
+                    "were asked: are the offsets of a window made from batch_size (torch.arange(batch_size))?"
+                    if t.dim() == 2 and t.shape[0] == B and t.shape[1] == B != T and _windows(t, text(case)) else "")
+            raise CheckFailed(f"{what}: {name} should have shape (batch_size, block_size) = {(B, T)}, got "
+                              f"{tuple(t.shape)}.{rows}{cols}")
         if t.dtype != torch.int64:
             raise CheckFailed(f"{what}: {name} has dtype {t.dtype}; the ids should stay {torch.int64} (index ids, do not convert them).")
     ids = text(case)
@@ -256,6 +252,11 @@ def _judge_error(case: Case, what: str, run: dict) -> None:
     ])
 
 
+def _windows(t: torch.Tensor, ids: torch.Tensor) -> bool:
+    """Every row of ``t`` is a run of consecutive ids of the text ``ids``."""
+    return all(any(torch.equal(row, ids[s : s + len(row)]) for s in range(len(ids) - len(row) + 1)) for row in t)
+
+
 def _judge(cases):
     def judge(data: dict) -> str:
         for case, run in zip(cases, runs(data, len(cases)), strict=True):
@@ -340,4 +341,4 @@ def _judge(cases):
     return judge
 
 
-check_get_batch, check_get_batch_hidden = visible_and_hidden("check_get_batch", _probe, _judge, CASES, HIDDEN_CASES)
+check_get_batch, check_get_batch_hidden = core.visible_and_hidden("check_get_batch", _probe, _judge, CASES, HIDDEN_CASES)

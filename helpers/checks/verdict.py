@@ -221,12 +221,21 @@ def first_leak(out: torch.Tensor, leaks, tol: float, what: str, noun: str = "the
     return None
 
 
+def _single_steps(reference) -> dict:
+    """The reference's sub-modules that map a value to one of the same kind (a norm, a block, an MLP),
+    by name: those a departing value may have been sent through once too often, or once too few."""
+    if not isinstance(reference, torch.nn.Module):
+        return {}
+    return {name: m for name, m in reference.named_modules()
+            if name and not isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Embedding))}
+
+
 def inside(run: dict, expected, out, reference, inputs: tuple, tol: float, *, known=None, part: str = "sub-module",
            note: str = "") -> str:
     """Where inside the module the first value departs from ``reference``'s on ``inputs``; when
     none does, that the difference comes from forward's own arithmetic, and by how much."""
     ours = trace(reference, *inputs, with_inputs=True)
-    found = first_divergence(run.get("steps"), ours, tol, tol, known=known)
+    found = first_divergence(run.get("steps"), ours, tol, tol, known=known, modules=_single_steps(reference))
     ignored = unused_told(run.get("ignored"), reference, inputs) if found is None else None
     if ignored:
         found = (f"every {part} received and returned exactly what the reference's did; the mistake is in how "

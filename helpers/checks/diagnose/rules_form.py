@@ -51,7 +51,8 @@ def _shape(c: _Case) -> str | None:
         hint = ""
         if c.got.numel() == c.expected.numel() and c.close(c.g, c.e.reshape(got_shape)):
             hint = " The entries are the right ones in the right order: only the final reshape/view is wrong."
-        hint = hint or _joined_along(c, exp_shape, got_shape) or _cut_along(c, exp_shape, got_shape)
+        hint = hint or _joined_along(c, exp_shape, got_shape) or _cut_along(c, exp_shape, got_shape) or _stopped_early(
+            c, exp_shape, got_shape)
         return f"the output has the wrong shape: {'; '.join(parts)}.{hint} {shapes}"
     if len(got_shape) == len(exp_shape) - 1:
         for k in range(len(exp_shape)):
@@ -104,6 +105,19 @@ def _joined_along(c: _Case, exp_shape, got_shape) -> str:
                     f"torch.cat (or stack) along axis {a} that belongs along axis {b} (torch.cat without dim= "
                     "joins along dim=0).")
     return ""
+
+
+def _stopped_early(c: _Case, exp_shape, got_shape) -> str:
+    """One axis shorter, and what is there is the reference's start along it: the work stopped early."""
+    differ = [k for k, (w, h) in enumerate(zip(exp_shape, got_shape, strict=True)) if w != h]
+    if len(differ) != 1 or not 0 < got_shape[differ[0]] < exp_shape[differ[0]]:
+        return ""
+    k, n = differ[0], got_shape[differ[0]]
+    if not c.close(c.g, c.e.narrow(k, 0, n)):
+        return ""
+    return (f" The {n} entr{'y' if n == 1 else 'ies'} along axis {k} that came back are the reference's first "
+            f"{n}, and the other {exp_shape[k] - n} are missing: the work stopped early. Does a loop end too soon "
+            "(a return inside it, a range that stops short)?")
 
 
 def _swapped_axes(c: _Case, exp_shape, got_shape, shapes: str) -> str:

@@ -188,15 +188,42 @@ def _traced(key: str) -> tuple[bool, str, str, str]:
     return is_input, name, label, f"the input of {label}" if is_input else f"the output of {label}"
 
 
+def _applied(have: torch.Tensor, want: torch.Tensor, modules: dict, atol: float, rtol: float) -> str:
+    """When the departing value is one of the reference's sub-modules applied to the reference's value
+    (or the reference's value is one applied to the student's), that relation in words: verified by
+    running the sub-module, never guessed."""
+    def same(a, b) -> bool:
+        return isinstance(a, torch.Tensor) and a.shape == b.shape and bool(
+            torch.isclose(a.double(), b.double(), atol=atol, rtol=rtol).all())
+
+    for name, module in (modules or {}).items():
+        for given, result, words in (
+            (want, have, f" It is exactly {name} applied to the reference's value (run here to check): {name} is "
+                         "applied at this point, where the reference does not apply it. Was it moved here from its "
+                         "place, or applied twice?"),
+            (have, want, f" It is the reference's value before {name} (the reference's value is exactly {name} of "
+                         f"yours, run here to check): {name} was not applied at this point. Was it moved, or left out?"),
+        ):
+            try:
+                with torch.no_grad():
+                    out = module(given.to(next(module.parameters(), given).dtype))
+            except Exception:  # noqa: BLE001 - a sub-module that does not take this value
+                continue
+            if same(out, result):
+                return words
+    return ""
+
+
 def first_divergence(
     student_trace: dict[str, torch.Tensor], reference_trace: dict[str, torch.Tensor], atol: float, rtol: float,
-    known: dict[str, torch.Tensor] | None = None,
+    known: dict[str, torch.Tensor] | None = None, modules: dict | None = None,
 ) -> str | None:
     """Judge side: the first value, in the reference's order, that departs from the reference's
     (a submodule's output, or its input when ``trace`` recorded inputs); ``None`` when every value
     the reference recorded matches. ``known``: other values of the reference's forward pass by
     name (its input, say): when the departure is exactly a multiple of one of them, or of a value
-    recorded before it, the message says so."""
+    recorded before it, the message says so. ``modules``: the reference's sub-modules by name: when the
+    departure is one of them applied to the reference's value (or undone), the message says so."""
     if not isinstance(student_trace, dict) or not isinstance(reference_trace, dict):
         return None
     earlier = dict(known or {})
@@ -221,6 +248,7 @@ def first_divergence(
             extra = _as_multiple(have.double() - want.double(), earlier, atol, rtol)
             exactly = f" It is the reference's value {'' if extra.startswith('minus') else 'plus '}{extra}." if extra else ""
             exactly += _residual_around(extra, want, earlier, atol, rtol) if is_input else ""
+            exactly = exactly or _applied(have, want, modules, atol, rtol)
             return (
                 f"the first value that departs from the reference is {value}; {before}.{exactly} Evidence: "
                 f"{first_mismatch(want, have, atol, rtol)}."
