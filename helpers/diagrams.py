@@ -359,6 +359,23 @@ def draw_kv_cache(T_prompt: int, n_steps: int, ax=None):
     return fig, ax
 
 
+def _apart(ax, labels, step: float = 0.1, tries: int = 12) -> None:
+    """Move each label outward along its arrow until it overlaps no label placed before it."""
+    try:
+        renderer = ax.figure.canvas.get_renderer()
+    except AttributeError:  # a canvas that cannot measure text: leave the labels where they are
+        return
+    placed = []
+    for text, vec in labels:
+        for n in range(tries):
+            box = text.get_window_extent(renderer).expanded(1.1, 1.3)
+            if not any(box.overlaps(other) for other in placed):
+                break
+            scale = 1.08 + step * (n + 1)
+            text.set_position((vec[0] * scale, vec[1] * scale))
+        placed.append(text.get_window_extent(renderer))
+
+
 def draw_rotation(theta: float, query_position: int, key_position: int, shift: int, ax=None):
     """RoPE on one pair of features: a query and a key turned by their positions, then all shifted.
 
@@ -377,13 +394,13 @@ def draw_rotation(theta: float, query_position: int, key_position: int, shift: i
         return (v[0] * c - v[1] * s, v[0] * s + v[1] * c)
 
     fig, ax = _new_axes(ax, (6.4, 6.0))
-    ax.set_xlim(-1.35, 1.35)
-    ax.set_ylim(-1.35, 1.35)
+    ax.set_xlim(-1.75, 1.75)
+    ax.set_ylim(-1.75, 1.75)
     ax.set_aspect("equal")
     ax.axhline(0, color="0.85", linewidth=0.8)
     ax.axvline(0, color="0.85", linewidth=0.8)
     ax.add_patch(Circle((0, 0), 1.03, fill=False, color="0.85", linestyle=":"))
-    dots = []
+    dots, labels = [], []
     for moved, style in ((0, "-"), (shift, "--")):
         q = turn(q0, (query_position + moved) * theta)
         k = turn(k0, (key_position + moved) * theta)
@@ -392,8 +409,12 @@ def draw_rotation(theta: float, query_position: int, key_position: int, shift: i
                                                                                        key_position)):
             ax.add_patch(FancyArrowPatch((0, 0), vec, arrowstyle="-|>", mutation_scale=14, color=colour,
                                          linestyle=style, linewidth=1.8))
-            ax.text(vec[0] * 1.12, vec[1] * 1.12, f"{name}, position {pos + moved}", color=colour, fontsize=8.5,
-                    ha="center", va="center")
+            # beyond the tip, on the arrow's side of the picture, so it grows away from the centre
+            ha = "left" if vec[0] > 0.2 else "right" if vec[0] < -0.2 else "center"
+            va = "bottom" if vec[1] > 0.2 else "top" if vec[1] < -0.2 else "center"
+            labels.append((ax.text(vec[0] * 1.08, vec[1] * 1.08, f"{name}, position {pos + moved}", color=colour,
+                                   fontsize=9, ha=ha, va=va), vec))
+    _apart(ax, labels)
     ax.set_axis_off()
     ax.set_title(f"One RoPE pair, θ = {theta:g} rad per position: solid at positions {query_position} and "
                  f"{key_position}, dashed {shift} later.\nDot product {dots[0]:.4f} before, {dots[1]:.4f} after: "

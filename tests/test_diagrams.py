@@ -214,3 +214,19 @@ def test_rotation_keeps_the_dot_product_when_both_positions_move():
     assert before == after
     assert "position 7" in all_text(fig)
     assert png_bytes(fig)[:8] == PNG_SIGNATURE
+
+
+def test_rotation_labels_do_not_overlap():
+    """Lesson 09's picture: the key at position 5 and the query at position 2 point nearly the same
+    way; their labels used to sit on top of each other."""
+    from helpers.diagrams import draw_rotation
+
+    for args in ((0.35, 2, 5, 4), (0.4, 1, 4, 3), (0.1, 0, 1, 2)):
+        fig, ax = draw_rotation(*args)
+        renderer = fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in ax.texts]
+        assert len(boxes) == 4
+        for i, box in enumerate(boxes):
+            assert not any(box.overlaps(other) for other in boxes[i + 1 :]), f"{args}: label {i} overlaps"
+            assert fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1), f"{args}: label {i} cut off"
+        plt.close(fig)

@@ -588,3 +588,58 @@ def test_batch_mask_draws_one_panel_per_row_and_labels_padding():
         plotting.plot_batch_mask(mask, real[:, :2])
     with pytest.raises(ValueError, match="mask must have shape"):
         plotting.plot_batch_mask(torch.ones(3, 3, dtype=torch.bool))
+
+
+# --- readable in a notebook column ----------------------------------------------------------------
+
+
+def test_a_grid_of_many_heads_fits_a_notebook_column_with_labels_at_their_minimum_size():
+    """Lesson 08's 4 layers x 4 heads on 32 characters was 2004 x 2070 px: shown in a column of
+    960 px its labels were a few pixels high. Now the figure is never wider than the column and its
+    tick labels never smaller than MIN_GRID_LABEL_PT (thinned out instead)."""
+    from helpers.plotting._style import MIN_GRID_LABEL_PT
+
+    T = 32
+    weights = torch.softmax(torch.randn(4, 4, T, T), dim=-1)
+    for fig, axes in (plot_attention_grid(weights, "x" * T), plot_attention_grid(weights[0], "x" * T, ncols=2)):
+        assert fig.get_figwidth() <= plotting.COLUMN_WIDTH_IN + 1e-9
+        for ax in axes.flat:
+            sizes = [t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+            assert all(size >= MIN_GRID_LABEL_PT for size in sizes), sizes
+
+
+def test_one_layer_in_two_columns_labels_every_character():
+    """What lesson 08 draws per layer: four heads, two by two, every position labelled."""
+    T = 32
+    fig, axes = plot_attention_grid(torch.softmax(torch.randn(4, T, T), dim=-1), "abcdefgh" * 4, ncols=2)
+    assert axes.shape == (2, 2)
+    assert len([t for t in tick_texts(axes[1, 0], "x") if t]) == T
+    assert len([t for t in tick_texts(axes[0, 0], "y") if t]) == T
+    assert fig.get_figwidth() * fig.dpi <= 960 + 1e-6
+
+
+def test_head_scores_tick_every_layer_and_head_at_an_integer():
+    scores = torch.rand(2, 4, generator=torch.Generator().manual_seed(0))
+    fig, ax = plotting.plot_head_scores(scores, title="Induction scores")
+    assert list(ax.get_xticks()) == [0, 1, 2, 3] and list(ax.get_yticks()) == [0, 1]
+    assert tick_texts(ax, "x") == ["0", "1", "2", "3"] and tick_texts(ax, "y") == ["0", "1"]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("head", "layer")
+    assert len(ax.texts) == 8, "every score written in its cell"
+    np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), scores.numpy())
+    big, big_ax = plotting.plot_head_scores(torch.rand(12, 12))
+    assert all(float(t).is_integer() for t in big_ax.get_xticks()), "no half-integer ticks"
+    assert len(big_ax.get_xticks()) == 12 and big.get_figwidth() <= plotting.COLUMN_WIDTH_IN
+    assert png_bytes(big)[:8] == PNG_SIGNATURE
+    with pytest.raises(ValueError, match="finite"):
+        plotting.plot_head_scores(torch.tensor([[0.5, float("nan")]]))
+
+
+def test_a_table_shows_html_and_prints_its_frame_never_an_object_repr():
+    frame = pd.DataFrame({"setting": ["greedy", "top-k"], "share": [0.25, 0.5]})
+    styler = frame.style.format({"share": "{:.0%}"})
+    assert " at 0x" in repr(styler), "what a bare Styler prints where only text shows"
+    table = plotting.Table(styler)
+    assert " at 0x" not in repr(table) and "greedy" in repr(table) and "top-k" in repr(table)
+    assert "50%" in table._repr_html_() and "<table" in table._repr_html_()
+    with pytest.raises(TypeError, match="Styler"):
+        plotting.Table(frame)

@@ -34,14 +34,16 @@ The functions live in one module per topic; import them from here (``from helper
 plot_attention_weights``), which stays true whichever module holds them:
 
 =================  ==========================================================================
-``attention``      ``plot_query_key_products``, ``plot_attention_weights``, ``plot_attention_grid``
+``attention``      ``plot_query_key_products``, ``plot_attention_weights``, ``plot_attention_grid``,
+                   ``plot_head_scores``
 ``masks``          ``plot_causal_mask``, ``plot_batch_mask``
 ``losses``         ``plot_loss_curves``
 ``sampling``       ``plot_tokens_kept``
 ``tokenizer``      ``plot_bpe_compression``, ``plot_token_lengths``
 ``charts``         ``plot_bars``, ``plot_series``, ``plot_sublayer_differences``
+``tables``         ``Table``: a styled pandas table as the lab and the book show it, and as plain text
 ``_style``         colours and colour maps (``MASKED_COLOR``, ``WEIGHTS_CMAP``, ... also named here),
-                   line styles, the figure a plot draws into
+                   the width of a notebook column, line styles, the figure a plot draws into
 ``_inputs``        tensors to numpy, the checks on shapes and weights, token labels
 ``_heatmap``       drawing a matrix cell by cell: ticks, separators, values, hatching
 =================  ==========================================================================
@@ -49,6 +51,7 @@ plot_attention_weights``), which stays true whichever module holds them:
 
 from helpers.plotting._style import (
     ANNOTATE_MAX_CELLS,
+    COLUMN_WIDTH_IN,
     DIVERGING_CMAP,
     MASKED_COLOR,
     MASKED_HATCH_COLOR,
@@ -60,16 +63,19 @@ from helpers.plotting._style import (
 from helpers.plotting.attention import (
     plot_attention_grid,
     plot_attention_weights,
+    plot_head_scores,
     plot_query_key_products,
 )
 from helpers.plotting.charts import plot_bars, plot_series, plot_sublayer_differences
 from helpers.plotting.losses import plot_loss_curves
 from helpers.plotting.masks import plot_batch_mask, plot_causal_mask
 from helpers.plotting.sampling import plot_tokens_kept
+from helpers.plotting.tables import Table
 from helpers.plotting.tokenizer import plot_bpe_compression, plot_token_lengths
 
 __all__ = [
     "ANNOTATE_MAX_CELLS",
+    "COLUMN_WIDTH_IN",
     "DIVERGING_CMAP",
     "MASKED_COLOR",
     "MASKED_HATCH_COLOR",
@@ -77,12 +83,14 @@ __all__ = [
     "VISIBLE_COLOR",
     "WEIGHTS_CMAP",
     "WEIGHTS_LABEL",
+    "Table",
     "plot_attention_grid",
     "plot_attention_weights",
     "plot_bars",
     "plot_batch_mask",
     "plot_bpe_compression",
     "plot_causal_mask",
+    "plot_head_scores",
     "plot_loss_curves",
     "plot_query_key_products",
     "plot_series",

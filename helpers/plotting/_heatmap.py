@@ -43,10 +43,14 @@ def _set_ticks(
     show_x: bool = True,
     show_y: bool = True,
     max_fontsize: float = 10.0,
+    min_fontsize: float = 5.0,
+    cell_points: float | None = None,
 ) -> None:
-    """Put one tick per position (thinned out when cells are tiny) with readable labels."""
-    cell = _cell_points(ax, n_rows, n_cols)
-    fontsize = float(np.clip(cell * 0.75, 5.0, max_fontsize))
+    """Put one tick per position (thinned out when cells are tiny) with readable labels, never
+    smaller than ``min_fontsize`` points. ``cell_points``: a cell's size when the caller knows it
+    (else estimated from the axes before the layout has run, which underestimates it)."""
+    cell = cell_points if cell_points is not None else _cell_points(ax, n_rows, n_cols)
+    fontsize = float(np.clip(cell * 0.75, min_fontsize, max(min_fontsize, max_fontsize)))
     step = max(1, math.ceil(fontsize * 1.1 / cell))
     ys = list(range(0, n_rows, step))
     xs = list(range(0, n_cols, step))

@@ -20,6 +20,12 @@ ANNOTATE_MAX_CELLS = 144
 WEIGHTS_LABEL = "weight (each row sums to 1)"
 #: the label that says what grey means, added to the colorbar when a matrix has -inf entries
 MASKED_NOTE = "grey = masked (-inf)"
+#: the widest figure a notebook column shows at its own size, in inches (960 px at matplotlib's
+#: 100 dpi): a wider one is scaled down, and its labels with it
+COLUMN_WIDTH_IN = 9.6
+#: the smallest tick label of a grid of heatmaps, in points: where the cells are smaller, the
+#: labels are thinned out rather than shrunk
+MIN_GRID_LABEL_PT = 7.0
 
 # Okabe-Ito colours: distinguishable by colour-blind readers (black is left for references).
 _LINE_COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442"]

@@ -26,9 +26,11 @@ from helpers.plotting._inputs import (
 )
 from helpers.plotting._style import (
     ANNOTATE_MAX_CELLS,
+    COLUMN_WIDTH_IN,
     DIVERGING_CMAP,
     MASKED_COLOR,
     MASKED_NOTE,
+    MIN_GRID_LABEL_PT,
     WEIGHTS_CMAP,
     WEIGHTS_LABEL,
     _axes,
@@ -174,16 +176,21 @@ def plot_attention_grid(weights, tokens=None, *, titles=None, ncols=None, suptit
     row_labels = _tick_labels(toks, n_q, "query")
     col_labels = _tick_labels(toks, n_k, "key")
 
-    # inches: a panel, the room its tick labels and axis label take, the title above it
-    panel_in = float(np.clip(0.28 * max(n_q, n_k) + 1.2, 2.4, 4.5))
+    # inches: a panel, the room its tick labels and axis label take, the title above it; the
+    # figure no wider than a notebook column (a wider one would be shown scaled down, its labels
+    # too small to read): panels shrink to fit, and their labels thin out rather than shrink
     label_in = 0.3 + max(len(t) for t in row_labels + col_labels) * 8 * 0.6 / 72
+    extra_in = label_in + 1.1  # the y labels, the colorbar and the margins
+    panel_in = float(np.clip(0.28 * max(n_q, n_k) + 1.2, 2.4, 4.5))
+    panel_in = min(panel_in, (COLUMN_WIDTH_IN - extra_in) / ncols)
     # an incomplete last row leaves x labels on panels of the row above it too
     x_label_rows = 1 if n_panels == nrows * ncols else 2
     figsize = (
-        ncols * panel_in + label_in + 1.3,
+        ncols * panel_in + extra_in,
         nrows * (panel_in + 0.35) + x_label_rows * label_in + 0.6,
     )
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
+    cell_pt = 0.9 * panel_in * 72 / max(n_q, n_k)  # a panel's cell once laid out (its title takes some room)
 
     image = None
     for k in range(nrows * ncols):
@@ -205,14 +212,43 @@ def plot_attention_grid(weights, tokens=None, *, titles=None, ncols=None, suptit
         bottom = k + ncols >= n_panels
         left = c == 0
         _set_ticks(
-            ax, n_q, n_k, row_labels, col_labels, show_x=bottom, show_y=left, max_fontsize=8.0
+            ax, n_q, n_k, row_labels, col_labels, show_x=bottom, show_y=left, max_fontsize=8.0,
+            min_fontsize=MIN_GRID_LABEL_PT, cell_points=cell_pt,
         )
         _axis_titles(ax, toks is not None, x=bottom, y=left)
 
-    colorbar = fig.colorbar(image, ax=axes, shrink=min(1.0, 0.5 + 0.25 * nrows), pad=0.02)
+    colorbar = fig.colorbar(image, ax=axes, shrink=min(1.0, 0.5 + 0.25 * nrows), pad=0.02, fraction=0.05)
     colorbar.set_label(WEIGHTS_LABEL)
     if suptitle is None:
         suptitle = default_suptitle
     if suptitle:
         fig.suptitle(suptitle)
     return fig, axes
+
+
+def plot_head_scores(scores, *, ax=None, title="A score per head", label="score", vmin=0.0, vmax=1.0):
+    """Heatmap of one number per head of a model, an (L, H) matrix: a row per layer, a column per
+    head, each axis ticked at every integer index (``layer 0``, ``1``, ...; never a half).
+
+    The colour map is sequential ("Blues") from ``vmin`` to ``vmax`` (default 0 to 1, for scores
+    that are shares of attention), with a colorbar labelled ``label``. With at most
+    ``ANNOTATE_MAX_CELLS`` cells every value is written in its cell. The figure is no wider than
+    a notebook column. Returns ``(fig, ax)``; the image is ``ax.images[0]``.
+    """
+    values = _matrix(scores, "scores")
+    if not np.isfinite(values).all():
+        raise ValueError("scores must be finite: one number per head")
+    n_layers, n_heads = values.shape
+    side = float(np.clip(0.45 * max(n_layers, n_heads), 0.35, 0.6))  # inches per cell
+    figsize = (min(COLUMN_WIDTH_IN, n_heads * side + 2.4), n_layers * side + 1.4)
+    fig, ax = _axes(ax, figsize)
+    image = ax.imshow(values, cmap="Blues", vmin=vmin, vmax=vmax, interpolation="nearest", aspect="equal")
+    colorbar = fig.colorbar(image, ax=ax)
+    colorbar.set_label(label)
+    ax.set_xticks(range(n_heads), [str(h) for h in range(n_heads)])
+    ax.set_yticks(range(n_layers), [str(layer) for layer in range(n_layers)])
+    ax.set(xlabel="head", ylabel="layer", title=title)
+    _cell_separators(ax, n_layers, n_heads)
+    if values.size <= ANNOTATE_MAX_CELLS:
+        _annotate(ax, values, image)
+    return fig, ax
