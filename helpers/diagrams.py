@@ -22,6 +22,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
 
+from helpers.plotting._style import COLUMN_WIDTH_IN
+
 __all__ = ["draw_head_split", "draw_transformer_lm", "transformer_lm_parameters"]
 
 #: Okabe-Ito colours: distinguishable by colour-blind readers
@@ -325,7 +327,9 @@ def draw_kv_cache(T_prompt: int, n_steps: int, ax=None):
     total = T_prompt + n_steps
     size = min(0.7, 9.0 / total)
     rows = n_steps + 1
-    fig, ax = _new_axes(ax, (max(7.0, total * size + 3.5), max(2.6, rows * size + 1.8)))
+    width, height = max(7.0, total * size + 3.5), max(2.6, rows * size + 1.8)
+    shrink = min(1.0, COLUMN_WIDTH_IN / width)  # no wider than a notebook column
+    fig, ax = _new_axes(ax, (width * shrink, height * shrink))
     ax.set_xlim(-2.8, total * size + 0.4)
     ax.set_ylim(-rows * size - 0.9, 0.9)
     ax.set_aspect("equal")

@@ -643,3 +643,22 @@ def test_a_table_shows_html_and_prints_its_frame_never_an_object_repr():
     assert "50%" in table._repr_html_() and "<table" in table._repr_html_()
     with pytest.raises(TypeError, match="Styler"):
         plotting.Table(frame)
+
+
+def test_the_pictures_of_lessons_08_to_10_fit_a_notebook_column():
+    """Each no wider than COLUMN_WIDTH_IN at the sizes the lessons draw them (they were 13.9 in:
+    the tokens kept on a 42-character line; 9.9 in: three prompts' masks; 9.9 in: the KV cache)."""
+    from helpers.diagrams import draw_kv_cache, draw_rotation
+
+    line = "Made glorious summer by this sun of York;\n"
+    real = torch.tensor([[True] * 5, [False] * 3 + [True] * 2, [False] + [True] * 4])
+    mask = torch.ones(5, 5, dtype=torch.bool).tril() & (real.unsqueeze(1) | torch.eye(5, dtype=torch.bool))
+    drawn = {
+        "tokens kept": plot_tokens_kept(torch.randint(1, 20, (len(line),)), line, p=0.9, k=6, n_vocab=65),
+        "batch mask": plotting.plot_batch_mask(mask.unsqueeze(1), real),
+        "a long line's weights": plot_attention_weights(torch.full((30, 30), 1 / 30), "x" * 30),
+        "KV cache": draw_kv_cache(T_prompt=5, n_steps=4),
+        "RoPE pair": draw_rotation(0.35, 2, 5, 4),
+    }
+    for name, (fig, _) in drawn.items():
+        assert fig.get_figwidth() <= plotting.COLUMN_WIDTH_IN + 1e-9, f"{name}: {fig.get_figwidth():.1f} in"

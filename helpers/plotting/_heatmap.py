@@ -11,11 +11,11 @@ from matplotlib.collections import PatchCollection
 from matplotlib.colors import to_rgba
 from matplotlib.patches import Rectangle
 
-from helpers.plotting._style import MASKED_HATCH_COLOR
+from helpers.plotting._style import COLUMN_WIDTH_IN, MASKED_HATCH_COLOR
 
 
 def _heatmap_figsize(n_rows: int, n_cols: int) -> tuple[float, float]:
-    width = min(12.0, max(4.8, 0.5 * n_cols + 3.0))
+    width = min(COLUMN_WIDTH_IN, max(4.8, 0.5 * n_cols + 3.0))
     height = min(11.0, max(4.0, 0.5 * n_rows + 2.0))
     return width, height
 

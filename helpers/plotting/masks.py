@@ -15,7 +15,13 @@ from helpers.plotting._heatmap import (
     _set_ticks,
 )
 from helpers.plotting._inputs import _shape_str, _tick_labels, _to_numpy, _token_list
-from helpers.plotting._style import MASKED_COLOR, MASKED_HATCH_COLOR, VISIBLE_COLOR, _axes
+from helpers.plotting._style import (
+    COLUMN_WIDTH_IN,
+    MASKED_COLOR,
+    MASKED_HATCH_COLOR,
+    VISIBLE_COLOR,
+    _axes,
+)
 
 
 def _mask_visibility(mask_or_seq_len) -> np.ndarray:
@@ -119,7 +125,7 @@ def plot_batch_mask(mask, real=None, *, suptitle=None):
     r = None if real is None else _to_numpy(real, "real").astype(bool)
     if r is not None and r.shape != (B, T_k):
         raise ValueError(f"real must have shape (B, T_k) = ({B}, {T_k}), got {_shape_str(r.shape)}")
-    side = max(2.2, 0.42 * T_k + 1.2)
+    side = min(max(2.2, 0.42 * T_k + 1.2), COLUMN_WIDTH_IN / B)  # all the prompts side by side in a notebook column
     fig, axes = plt.subplots(1, B, figsize=(side * B, max(2.4, 0.42 * T_q + 1.6)), squeeze=False,
                              layout="constrained")
     axes = axes[0]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from helpers.plotting._inputs import _shape_str, _tick_labels, _to_numpy, _token_list
-from helpers.plotting._style import _LINE_COLORS, _MARKERS, _axes
+from helpers.plotting._style import _LINE_COLORS, _MARKERS, COLUMN_WIDTH_IN, _axes
 
 
 def _set_ticks_1d(ax, n: int, labels: list[str]) -> None:
@@ -67,7 +67,7 @@ def plot_tokens_kept(
     toks = _token_list(tokens)
     labels = _tick_labels(toks, n, "x")
 
-    fig, ax = _axes(ax, (min(14.0, max(6.0, 0.28 * n + 2.0)), 4.0))
+    fig, ax = _axes(ax, (min(COLUMN_WIDTH_IN, max(6.0, 0.28 * n + 2.0)), 4.0))
     top_p_label = "top-p" if p is None else f"top-p (p = {float(p):g})"
     ax.step(
         positions,
