@@ -26,11 +26,15 @@ import time
 from pathlib import Path
 
 from autograder.book_pages import book_notebook, plot_titles, select_lessons
-from autograder.book_source import CELL_TIMEOUT_S, write_source
+from autograder.book_source import CELL_TIMEOUT_S, MATHJAX_PACKAGE, mathjax_dir, write_source
 from autograder.course import SOLUTIONS, CourseError, Lesson, find_course_root
 from autograder.environment import tool_env
 
 BOOK_DIR = "_book"
+#: the modules the build imports; ``./setup.sh --book`` installs them (pyproject's ``book`` extra)
+BOOK_MODULES = ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx_design")
+#: what to run when they are missing: a plain ``./setup.sh`` leaves them out
+INSTALL_HINT = "./setup.sh --book (or pip install -e '.[book]' in the course's environment)"
 #: a build that does not finish in this time is stopped
 BUILD_TIMEOUT_S = 3600
 
@@ -138,6 +142,46 @@ def _replace_output(built: Path, out: Path) -> None:
     shutil.move(str(built), str(out))
 
 
+#: files of the built book that hold text a page shows (its figures, fonts and theme are left alone)
+TEXT_SUFFIXES = (".html", ".js", ".txt", ".json")
+
+
+def builder_paths() -> list[tuple[str, str]]:
+    """What a page must not show of the machine that built it, and what it shows instead: the
+    course's cache folder (where a lesson looks for its checkpoint) and the home folder, as ``~``."""
+    from helpers.data import default_cache_dir
+
+    home = str(Path.home())
+    pairs = []
+    cache = default_cache_dir()
+    for form in {str(cache), str(cache.resolve())}:
+        if not (home != os.sep and form.startswith(home + os.sep)):  # a cache outside the home folder
+            pairs.append((form, "$XDG_CACHE_HOME/transformer-course"))
+    if home not in (os.sep, ""):
+        pairs += [(form, "~") for form in {home, str(Path(home).resolve())}]
+    return sorted(pairs, key=lambda pair: -len(pair[0]))  # the longest first: the cache inside home before home
+
+
+def hide_builder_paths(html: Path, pairs: list[tuple[str, str]] | None = None) -> int:
+    """Write the builder's own folders (:func:`builder_paths`) as ``~`` in every text file of the
+    built book; returns how many files changed. A lesson that prints where it looked for a file
+    shows ``~/.cache/transformer-course/...``, not ``/home/<builder>/.cache/...``."""
+    pairs = builder_paths() if pairs is None else pairs
+    patterns = [(re.compile(re.escape(path) + r"(?![\w.-])"), shown) for path, shown in pairs if path]
+    changed = 0
+    for path in html.rglob("*"):
+        if path.suffix not in TEXT_SUFFIXES or not path.is_file() or "_static" in path.relative_to(html).parts:
+            continue
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        new = text
+        for pattern, shown in patterns:
+            new = pattern.sub(shown, new)
+        if new != text:
+            path.write_text(new, encoding="utf-8", errors="surrogateescape")
+            changed += 1
+    return changed
+
+
 def build_book(root: Path, out: Path, *, execute: bool = True, only: list[str] | None = None,
                jobs: int = 1, quick: bool = False, cell_timeout: int = CELL_TIMEOUT_S, log=None,
                executed: dict[str, dict] | None = None) -> Path:
@@ -148,21 +192,25 @@ def build_book(root: Path, out: Path, *, execute: bool = True, only: list[str] |
     that train in their quick setting (``TRANSFORMER_COURSE_QUICK=1``); ``cell_timeout`` is the
     seconds one cell may run. ``executed``: every page already run by :func:`execute_page`, by
     assignment name; the build then runs nothing. ``out`` is replaced when it holds an earlier
-    book; any other non-empty folder is refused.
+    book; any other non-empty folder is refused. The index page says when the lessons ran in their
+    quick setting, and no page shows the builder's home or cache folder (:func:`hide_builder_paths`).
     """
     root, out = Path(root).resolve(), Path(out).resolve()
-    missing = [name for name in ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx_design")
-               if importlib.util.find_spec(name) is None]
+    missing = [name for name in BOOK_MODULES if importlib.util.find_spec(name) is None]
+    try:
+        mathjax_dir()
+    except CourseError:
+        missing.append(MATHJAX_PACKAGE)
     if missing:
-        raise CourseError(f"the book's tools are not installed ({', '.join(missing)}): run ./setup.sh --book "
-                          "(or pip install -e '.[book]' in the course's environment)")
+        raise CourseError(f"the book's tools are not installed ({', '.join(missing)}): a plain ./setup.sh leaves "
+                          f"them out; run {INSTALL_HINT}")
     if out == root or out in root.parents or out == root / SOLUTIONS or (root / SOLUTIONS) in out.parents:
         raise CourseError(f"--out {out} would overwrite the course; choose a folder of its own")
     course = select_lessons(root, only)
     with tempfile.TemporaryDirectory(prefix="transformer-course-book-") as tmp:
         src, html, doctrees = Path(tmp) / "src", Path(tmp) / "html", Path(tmp) / "doctrees"
         src.mkdir()
-        write_source(root, src, course, execute=execute, cell_timeout=cell_timeout, executed=executed)
+        write_source(root, src, course, execute=execute, cell_timeout=cell_timeout, executed=executed, quick=quick)
         cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-T", "-j", str(max(1, jobs)),
                "-d", str(doctrees), str(src), str(html)]
         proc = subprocess.Popen(cmd, cwd=src, env=_build_env(root, Path(tmp) / "ipython", jobs, quick), stdout=subprocess.PIPE,
@@ -181,6 +229,7 @@ def build_book(root: Path, out: Path, *, execute: bool = True, only: list[str] |
         summary = [line.replace(" [mystnb]", "") for line in messages.splitlines() if SUMMARY.search(line)]
         if log is not None and summary:
             print("\n".join(summary), file=log)
+        hide_builder_paths(html)
         _replace_output(html, out)
     return out / "index.html"
 
@@ -223,4 +272,4 @@ def cmd_book(args) -> int:
     return 0
 
 
-__all__ = ["add_parser", "build_book", "cmd_book", "execute_page"]
+__all__ = ["add_parser", "build_book", "builder_paths", "cmd_book", "execute_page", "hide_builder_paths"]

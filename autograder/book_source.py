@@ -123,12 +123,24 @@ def copy_mathjax(static: Path) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
+#: what the index page of a book built with ``--quick`` says first
+QUICK_NOTE = (
+    "**A quick build.** This book was built with `transformer-course book --quick`: the lessons that "
+    "train ran in their quick setting, a few steps instead of minutes, so their losses, samples, "
+    "attention maps and timings come from barely trained models and short runs, and the numbers in "
+    "the text (given for the full setting) will not match them. Build it without `--quick` for the "
+    "full runs."
+)
+
+
 def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool,
-                 cell_timeout: int = CELL_TIMEOUT_S, executed: dict[str, dict] | None = None) -> list[str]:
+                 cell_timeout: int = CELL_TIMEOUT_S, executed: dict[str, dict] | None = None,
+                 quick: bool = False) -> list[str]:
     """Fill ``src`` with conf.py, index.md and each lesson folder (its notebook transformed,
     its other files copied so relative paths work); returns the pages' docnames. ``executed``:
     the pages :func:`execute_page` ran, one per lesson of ``course``, written as they are and not
-    run again."""
+    run again. ``quick``: the lessons ran (or run) in their quick setting, which the index page
+    then says first."""
     docs, defaults = [], plot_titles(root)
     if executed is not None:
         missing = [lesson.assignment for lesson in course if lesson.assignment not in executed]
@@ -144,6 +156,8 @@ def write_source(root: Path, src: Path, course: list[Lesson], *, execute: bool,
         (folder / lesson.filename).write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
         docs.append(f"{lesson.assignment}/{lesson.name}")
     lines = [f"# {COURSE_TITLE}", ""]
+    if quick:
+        lines += [QUICK_NOTE, ""]
     lines += [
         "Build a Transformer language model one piece at a time, in Jupyter notebooks. Each lesson "
         "below is shown run from top to bottom, with its figures and printed shapes; the code of "
@@ -172,4 +186,4 @@ def _ran(lesson: Lesson, page: dict) -> dict:
     return page
 
 
-__all__ = ["CELL_TIMEOUT_S", "COURSE_TITLE", "copy_mathjax", "mathjax_dir", "write_source"]
+__all__ = ["CELL_TIMEOUT_S", "COURSE_TITLE", "QUICK_NOTE", "copy_mathjax", "mathjax_dir", "write_source"]

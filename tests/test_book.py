@@ -133,7 +133,7 @@ def book(tmp_path_factory, lesson_runs) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         for name, value in NO_NETWORK.items():
             mp.setenv(name, value)
-        index = build_book(ROOT, out, executed=executed, jobs=2)
+        index = build_book(ROOT, out, executed=executed, jobs=2, quick=True)  # the runs are quick ones
     assert index == out / "index.html" and index.exists()
     return out
 
@@ -349,3 +349,91 @@ def test_math_is_typeset_by_the_books_own_mathjax(book):
     assert any(a.startswith("02-") for a in with_math), f"lesson 02 has math (the softmax); pages with math: {with_math}"
     fonts = list((book / "_static" / "mathjax" / "output" / "chtml" / "fonts").rglob("*.woff"))
     assert fonts, "MathJax's fonts are in the book"
+
+
+# ---------------------------------------------------------------------------------------------
+# README's commands, a quick book, the builder's folders
+
+
+def test_a_plain_setup_leaves_the_book_tools_out_and_readme_names_the_one_step(monkeypatch):
+    """README's book command works from a fresh checkout: a plain ./setup.sh installs no Sphinx, so
+    README's command is `./setup.sh --book && ... book`, setup.sh's --book installs the `book` extra,
+    that extra holds every module the build needs (and --dev's extra all of them too), and a build
+    without them stops with one message that names the same step."""
+    import tomllib
+
+    from autograder import book
+
+    setup = (ROOT / "setup.sh").read_text(encoding="utf-8")
+    assert re.search(r'"--book" \]\] && extras="\[book\]"', setup), "setup.sh --book installs the book extra"
+    assert 'extras=""' in setup, "a plain ./setup.sh installs no extra"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+
+    def names(requirements):
+        return {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requirements}
+
+    needed = {m.replace("_", "-") for m in book.BOOK_MODULES} | {book.MATHJAX_PACKAGE}
+    assert needed <= names(extras["book"]), needed - names(extras["book"])
+    assert names(extras["book"]) <= names(extras["dev"]), "./setup.sh --dev builds the book too"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Reading the course as a book"):]
+    section = section[: section.index("\n## ")]
+    commands = [line for line in section.splitlines() if "transformer-course book" in line and line.startswith("./")]
+    assert commands and all(line.startswith("./setup.sh --book && ") for line in commands), commands
+    assert "./setup.sh --book" in book.INSTALL_HINT
+    monkeypatch.setattr(book.importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(CourseError, match=r"sphinx.*plain \./setup\.sh.*\./setup\.sh --book"):
+        build_book(ROOT, ROOT.parent / "book-never-built")
+
+
+def test_a_quick_book_says_so_on_its_index_page(tmp_path):
+    from autograder.book_source import QUICK_NOTE
+
+    write_source(ROOT, tmp_path / "quick", LESSONS[:1], execute=False, quick=True)
+    write_source(ROOT, tmp_path / "full", LESSONS[:1], execute=False)
+    quick = (tmp_path / "quick" / "index.md").read_text(encoding="utf-8")
+    assert QUICK_NOTE in quick and quick.index(QUICK_NOTE) < quick.index("- [")
+    assert "--quick" not in (tmp_path / "full" / "index.md").read_text(encoding="utf-8")
+
+
+def test_the_builders_home_and_cache_folders_are_written_as_a_tilde(tmp_path, monkeypatch):
+    from autograder.book import builder_paths, hide_builder_paths
+
+    home = tmp_path / "home" / "builder"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    html = tmp_path / "html"
+    (html / "08-generation").mkdir(parents=True)
+    page = html / "08-generation" / "08-generation.html"
+    page.write_text(f"<pre>There is no trained model at {home}/.cache/transformer-course/shakespeare-char.pt</pre>"
+                    f"<p>{home}x stays: another folder</p>", encoding="utf-8")
+    (html / "_static").mkdir()
+    (html / "_static" / "x.js").write_text(str(home), encoding="utf-8")
+    assert ("~" in dict((shown, path) for path, shown in builder_paths()))
+    assert hide_builder_paths(html) == 1
+    text = page.read_text(encoding="utf-8")
+    assert "at ~/.cache/transformer-course/shakespeare-char.pt" in text and f"{home}/" not in text
+    assert f"{home}x stays" in text
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))
+    page.write_text(f"model at {tmp_path}/elsewhere/transformer-course/m.pt", encoding="utf-8")
+    hide_builder_paths(html)
+    assert page.read_text(encoding="utf-8") == "model at $XDG_CACHE_HOME/transformer-course/m.pt"
+
+
+@pytest.mark.slow
+def test_the_quick_book_index_says_it_is_quick(book):
+    assert "A quick build" in soup_of(book / "index.html").get_text()
+
+
+@pytest.mark.slow
+def test_no_page_shows_the_builders_home_or_cache_folder(book):
+    from helpers.data import default_cache_dir
+
+    shown = [str(default_cache_dir()), str(Path.home()) + "/"]
+    pages = [p for p in book.rglob("*") if p.is_file() and p.suffix in (".html", ".js", ".txt")]
+    assert any("~/.cache/transformer-course" in p.read_text(encoding="utf-8", errors="replace") for p in pages), \
+        "lessons 08 and 09 say where they look for lesson 07's model"
+    for path in pages:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for folder in shown:
+            assert folder not in text, f"{path.relative_to(book)} shows {folder}"
