@@ -3,12 +3,13 @@ commands of ``transformer-course`` are checked against the tree, so neither can 
 
 The contract README must meet:
 
-* the lesson table (header ``| lesson | you build | exercises |``) has one row per folder of
+* the lesson table (header ``| lesson | you build | exercises | your time |``) has one row per folder of
   ``solutions/``, in order; a row's first cell is ``NN title``, where ``NN`` is the folder's number
   (and the notebook's ``course.lesson``) and ``title`` is, ignoring case and punctuation, the
   folder's name in words (``attention modules``), the notebook's ``course.title``, or that title's
   first words (at least two: ``the transformer layer`` for "The transformer layer: LayerNorm and
-  residual connections");
+  residual connections"); its last cell is the total of the lesson's first cell's "Your time"
+  sentence (``autograder/lesson_time.py``), and the sentence under the table gives the course's sum;
 * the file map (the fenced block under the heading "The files") lists only paths that exist,
   names every top-level folder of the checkout, and every module and sub-package of ``helpers/``
   and ``autograder/``. In the map a folder line ends with ``/`` and the lines indented under it
@@ -25,9 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from autograder import lesson_time
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-TABLE_HEADER = re.compile(r"^\|\s*lesson\s*\|\s*you build\s*\|\s*exercises\s*\|\s*$", re.I)
+TABLE_HEADER = re.compile(r"^\|\s*lesson\s*\|\s*you build\s*\|\s*exercises\s*\|\s*your time\s*\|\s*$", re.I)
 FILES_HEADING = re.compile(r"^#{1,6}\s+(the\s+)?files\b", re.I)
 #: a name in the file map: a path of plain characters with a "/" or a "." (a folder or a file)
 MAP_NAME = re.compile(r"[\w.\-]+(/[\w.\-]+)*/?")
@@ -56,17 +59,22 @@ def course_meta(folder: Path) -> dict:
     return json.loads(notebooks[0].read_text(encoding="utf-8")).get("metadata", {}).get("course", {})
 
 
-def lesson_rows(text: str) -> list[str]:
-    """The first cell of each row of README's lesson table."""
+def lesson_table(text: str) -> list[list[str]]:
+    """The cells of each row of README's lesson table."""
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if TABLE_HEADER.match(line.strip())]
-    assert len(starts) == 1, f"README has {len(starts)} tables headed | lesson | you build | exercises |"
+    assert len(starts) == 1, f"README has {len(starts)} tables headed | lesson | you build | exercises | your time |"
     rows = []
     for line in lines[starts[0] + 2:]:  # the header, then the |---| line
         if not line.strip().startswith("|"):
             break
-        rows.append(line.strip().strip("|").split("|")[0].strip())
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
     return rows
+
+
+def lesson_rows(text: str) -> list[str]:
+    """The first cell of each row of README's lesson table."""
+    return [row[0] for row in lesson_table(text)]
 
 
 def title_matches(title: str, folder: Path, meta: dict) -> bool:
@@ -94,6 +102,22 @@ def test_readme_lesson_table_has_every_lesson_once_in_order():
             wrong.append(f"{row!r} should read '{folder.name[:2]} {meta.get('title', '')}' or "
                          f"'{folder.name[:2]} {folder.name[3:].replace('-', ' ')}'")
     assert not wrong, "README's lesson titles do not match the lessons:\n" + "\n".join(wrong)
+
+
+def test_readme_states_each_lessons_time_as_its_first_cell_does():
+    stated = {folder.name[:2]: lesson_time.stated(json.loads(next(folder.glob("*.ipynb")).read_text(encoding="utf-8")))
+              for folder in lesson_folders()}
+    rows = {row[0].split()[0]: row for row in lesson_table(readme())}
+    wrong = [f"{number}: README says {rows[number][-1]!r}, the first cell "
+             f"{lesson_time.duration(said.total) if said else 'states none'}"
+             for number, said in stated.items()
+             if said is None or len(rows[number]) != 4 or lesson_time.parse_duration(rows[number][-1]) != said.total]
+    assert not wrong, "README's 'your time' column and the lessons' first cells disagree:\n" + "\n".join(wrong)
+    total = sum(said.total for said in stated.values())
+    match = re.search(r"about (\d+) hours for the whole course", readme())
+    assert match and int(match[1]) == round(total / 60), (
+        f"the sentence under the lesson table should say 'about {round(total / 60)} hours for the whole course' "
+        f"(the lessons' totals add up to {total} min)")
 
 
 # ---------------------------------------------------------------------------------------------
