@@ -62,6 +62,7 @@ __all__ = [
     "estimate_loss",
     "learning_rate",
     "load_checkpoint",
+    "load_training_state",
     "read_checkpoint",
     "save_checkpoint",
     "seed_everything",
@@ -72,7 +73,10 @@ __all__ = [
 LOG_COLUMNS = ("step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s")
 #: what ``save_checkpoint`` writes in its ``format`` field, and the version it writes
 CHECKPOINT_FORMAT = "transformer-course/checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+#: the versions ``read_checkpoint`` reads: version 1 (weights, config, vocabulary, extra) is version 2
+#: without the training state (the optimizer's, the step, the batches' generator)
+READABLE_VERSIONS = (1, 2)
 #: the seed of the validation batches: every evaluation of a run sees the same windows
 EVAL_SEED = 1234
 
@@ -158,17 +162,19 @@ def configure_optimizer(
     lr: float,
     weight_decay: float = 0.1,
     betas: tuple[float, float] = (0.9, 0.99),
+    groups_fn: Callable[[nn.Module, float], list[dict]] | None = None,
 ) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices (linear and embedding weights) only.
+    """AdamW with weight decay on the weights of the Linear layers only.
 
-    Vectors, the biases and LayerNorm's scale and shift, are not decayed: pulling a LayerNorm
-    scale towards 0 fights what it is for. A tensor shared by two layers (tied embeddings)
-    appears once.
+    ``groups_fn(model, weight_decay) -> [{"params": ..., "weight_decay": ...}, ...]`` splits the
+    parameters: lesson 07's ``param_groups`` by default (the course's reference: decayed exactly
+    when a parameter is an ``nn.Linear``'s weight that no ``nn.Embedding`` holds; biases,
+    LayerNorm's scale and shift and the embedding tables are not), the student's own in the lesson.
+    A group left empty is dropped.
     """
-    params = [p for p in model.parameters() if p.requires_grad]  # shared tensors appear once
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [g for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+    if groups_fn is None:
+        from helpers.reference.training_step import param_groups as groups_fn
+    groups = [g for g in groups_fn(model, weight_decay) if list(g["params"])]
     try:  # the fused kernel: about 10 % faster per step on a CPU for the course's models (PyTorch >= 2.4)
         return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=True)
     except (RuntimeError, TypeError, ValueError):  # older PyTorch, or parameters it cannot fuse
@@ -257,6 +263,8 @@ def train(
     callback: Callable[[pd.DataFrame], Any] | None = None,
     lr_fn: Callable[[int, TrainConfig], float] | None = None,
     batch_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None,
+    eval_fn: Callable[..., dict[str, float]] | None = None,
+    groups_fn: Callable[[nn.Module, float], list[dict]] | None = None,
     **overrides: Any,
 ) -> pd.DataFrame:
     """Train ``model`` on ``data`` and return the log as a DataFrame.
@@ -266,12 +274,16 @@ def train(
     (``train(model, data, steps=100)``).
     ``step_fn(model, optimizer, x, y, grad_clip=...) -> float``: one update on the batch
     ``x, y`` (both ``(B, T)``); the course's reference ``train_step`` by default.
-    ``optimizer``: by default ``configure_optimizer`` (AdamW, decay on matrices only). Its
+    ``optimizer``: by default ``configure_optimizer`` (AdamW, decay on the Linear layers' weights
+    only, the groups from ``groups_fn`` when it is given). Its
     learning rate is set before every step from ``lr_fn(step, config)``, the course's
     ``learning_rate`` by default.
     ``batch_fn(ids, batch_size, block_size, generator=...) -> (x, y)``: cuts the training and
     validation batches; ``helpers.data.get_batch`` by default. (The lesson passes the student's
     ``train_step``, ``learning_rate`` and ``get_batch``.)
+    ``eval_fn(model, {name: ids}, n_batches, batch_size, block_size) -> {name: loss}``: measures the
+    mean loss of each split (lesson 07's ``estimate_loss``; the lesson passes the student's); by
+    default ``estimate_loss`` here, with ``batch_fn``.
     ``callback(log)``: called with the log so far after every evaluation, and after every row of
     the log as well when the callback has a true ``every_row`` attribute (``LiveLossPlot`` has: its
     curve shows the training loss from the first rows on).
@@ -290,7 +302,11 @@ def train(
     lr_fn = lr_fn or learning_rate
     batch_fn = batch_fn or get_batch
     if optimizer is None:
-        optimizer = configure_optimizer(model, config.lr, config.weight_decay, config.betas)
+        optimizer = configure_optimizer(model, config.lr, config.weight_decay, config.betas, groups_fn=groups_fn)
+    if eval_fn is None:
+        def eval_fn(model, splits, n_batches, batch_size, block_size):
+            return {name: estimate_loss(model, ids, batch_size=batch_size, block_size=block_size, n_batches=n_batches,
+                                        batch_fn=batch_fn) for name, ids in splits.items()}
     generator = torch.Generator().manual_seed(config.seed)
     device = _model_device(model)
     B, T = config.batch_size, config.block_size
@@ -303,8 +319,7 @@ def train(
     def evaluate() -> float:
         nonlocal eval_s
         t0 = time.perf_counter()
-        value = estimate_loss(model, val_ids, batch_size=B, block_size=T, n_batches=config.eval_batches,
-                              batch_fn=batch_fn)
+        value = float(eval_fn(model, {"val": val_ids}, config.eval_batches, B, T)["val"])
         eval_s += time.perf_counter() - t0
         return value
 
@@ -330,8 +345,7 @@ def train(
     bar = tqdm(total=config.steps, desc="training", unit="step", disable=not config.progress)
     try:
         if config.eval_at_start:  # the untrained model, on training batches too (no update yet)
-            pending.append(estimate_loss(model, train_ids, batch_size=B, block_size=T,
-                                         n_batches=config.eval_batches, batch_fn=batch_fn))
+            pending.append(float(eval_fn(model, {"train": train_ids}, config.eval_batches, B, T)["train"]))
             add_row(0, lr_fn(0, config), evaluate())
             if callback is not None:
                 callback(frame())
@@ -511,14 +525,23 @@ def save_checkpoint(
     config=None,
     vocab: CharVocab | None = None,
     extra: Mapping[str, Any] | None = None,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    step: int | None = None,
+    generator: torch.Generator | None = None,
 ) -> Path:
-    """Save ``model``'s weights, its ``Config`` as a plain dict, the vocabulary and ``extra``.
+    """Save ``model``'s weights, its ``Config`` as a plain dict, the vocabulary and ``extra``, and
+    what training needs to go on where it stopped.
 
     ``model``: a ``TransformerLM``; ``config``: its ``Config`` (default ``model.config``);
     ``vocab``: the ``CharVocab`` the ids come from; ``extra``: plain data to keep alongside
-    (the training settings, the validation loss...). The file holds tensors and plain Python
-    values only, so ``load_checkpoint`` reads it with ``torch.load(..., weights_only=True)``:
-    loading it cannot run code. Written to a temporary file, then renamed. Returns the path.
+    (the training settings, the validation loss...). To resume training: ``optimizer``, whose
+    ``state_dict()`` holds AdamW's running averages and step counts; ``step``, the number of updates
+    done (the learning-rate schedule's place); ``generator``, the generator the training batches
+    are cut with (its state: the batches still to come). ``load_training_state`` puts them back.
+    The file holds tensors and plain Python values only, so it is read with
+    ``torch.load(..., weights_only=True)``: loading it cannot run code. Written to a temporary
+    file, then renamed. Returns the path.
     """
     from helpers.reference.transformer_lm import Config
 
@@ -534,6 +557,10 @@ def save_checkpoint(
     extra = dict(extra or {})
     _check_plain(config_dict, "config")
     _check_plain(extra, "extra")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise TypeError(f"step must be an int >= 0 or None, got {step!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
     payload = {
         "format": CHECKPOINT_FORMAT,
@@ -543,6 +570,9 @@ def save_checkpoint(
         "vocab": vocab.to_dict() if vocab is not None else None,
         "state_dict": state,
         "extra": extra,
+        "optimizer": _to_cpu(optimizer.state_dict()) if optimizer is not None else None,
+        "step": step,
+        "generator": generator.get_state() if generator is not None else None,
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -577,15 +607,61 @@ def read_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a checkpoint of this course (no format {CHECKPOINT_FORMAT!r})")
-    if payload.get("version") != CHECKPOINT_VERSION:
+    if payload.get("version") not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"{path} is a version {payload.get('version')!r} checkpoint; this code reads version "
-            f"{CHECKPOINT_VERSION}"
+            f"{path} is a version {payload.get('version')!r} checkpoint; this code reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
+    for key in ("optimizer", "step", "generator"):  # a version 1 file: no training state
+        payload.setdefault(key, None)
     for key, kind in (("config", dict), ("state_dict", dict), ("extra", dict)):
         if not isinstance(payload.get(key), kind):
             raise CheckpointError(f"{path}: the checkpoint's {key!r} entry is missing or not a {kind.__name__}")
     return payload
+
+
+def _to_cpu(value: Any) -> Any:
+    """An optimizer's state_dict with every tensor on the CPU (dicts, lists and tuples walked)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {key: _to_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(item) for item in value)
+    return value
+
+
+def load_training_state(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    generator: torch.Generator | None = None,
+) -> int | None:
+    """Put a checkpoint's training state back, to go on training where it stopped; returns its step.
+
+    Loads the saved weights into ``model`` (built as the saved one was: the same parameter names,
+    the fast path or not), the saved optimizer state into ``optimizer`` (built over ``model``'s
+    parameters with the same groups, as the saved one was) and the saved generator state into
+    ``generator``. Raises ``CheckpointError`` when the file lacks what is asked for (a version 1
+    file, or one saved without an optimizer or a generator) or when it does not fit.
+    """
+    payload = read_checkpoint(path)
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{path}: the saved weights do not fit this model:\n{exc}") from None
+    for name, target, what in (("optimizer", optimizer, "an optimizer state"), ("generator", generator, "a generator state")):
+        if target is not None and payload[name] is None:
+            raise CheckpointError(f"{path} holds no {name} state (saved without one, or a version "
+                                  f"{payload['version']} file): pass {name}=... to save_checkpoint to keep {what}")
+    if optimizer is not None:
+        try:
+            optimizer.load_state_dict(payload["optimizer"])
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise CheckpointError(f"{path}: the saved optimizer state does not fit this optimizer: {exc}") from None
+    if generator is not None:
+        generator.set_state(payload["generator"])
+    return payload["step"]
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu"):

@@ -20,6 +20,7 @@ from helpers.training import (
     estimate_loss,
     learning_rate,
     load_checkpoint,
+    load_training_state,
     read_checkpoint,
     save_checkpoint,
     seed_everything,
@@ -194,14 +195,22 @@ def test_estimate_loss_uses_the_batch_function(tiny):
     assert a == estimate_loss(model, val_ids, batch_size=3, block_size=8, n_batches=2)
 
 
-def test_weight_decay_on_matrices_only_and_tied_weights_once(tiny):
+def test_weight_decay_on_the_linear_weights_only_and_tied_weights_once(tiny):
+    """Lesson 07's rule: decayed exactly when a parameter is an nn.Linear's weight that no
+    nn.Embedding holds; a tied table is a table. The lesson's groups_fn replaces the reference's."""
     _, _, config = tiny
     model = TransformerLM(config)
     decay, no_decay = configure_optimizer(model, lr=1e-3, weight_decay=0.1).param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
-    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert decayed == {n for n, p in model.named_parameters() if p.dim() == 2 and "embedding" not in n}
+    assert "word_to_embedding.weight" not in decayed  # tied to lm_head, a Linear: still a table
     ids = [id(p) for g in (decay, no_decay) for p in g["params"]]
     assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+    everything = configure_optimizer(model, lr=1e-3, groups_fn=lambda m, wd: [{"params": list(m.parameters()),
+                                                                                "weight_decay": wd}])
+    assert len(everything.param_groups) == 1 and everything.param_groups[0]["weight_decay"] == 0.1
 
 
 def test_estimate_loss_is_clean(tiny):
@@ -320,3 +329,69 @@ def test_each_text_has_its_own_checkpoint_file(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TRANSFORMER_COURSE_CHECKPOINT", str(tmp_path / "mine.pt"))
     assert course_checkpoint_path(plays.name) == tmp_path / "mine.pt"
+
+
+def _resumable_run(config, data, seed):
+    """A model, its AdamW and the batches' generator, built from ``seed``; and a function that
+    trains them for given step numbers of a short schedule (the lesson's section 8, in small)."""
+    settings = quick(steps=12, warmup_steps=3)
+    seed_everything(seed)
+    model = TransformerLM(config)
+    optimizer = configure_optimizer(model, settings.lr)
+    generator = torch.Generator().manual_seed(seed)
+
+    def go_on(steps):
+        for step in steps:
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, settings)
+            x, y = get_batch(data[0], 4, 16, generator=generator)
+            model.train()
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+            optimizer.step()
+
+    return model, optimizer, generator, go_on
+
+
+@pytest.mark.parametrize("dropped", [None, "optimizer", "generator"])
+def test_resuming_continues_exactly_and_the_comparison_can_fail(tiny, tmp_path, dropped):
+    """The lesson's section 8: a run stopped after 6 steps, saved with its optimizer state, step and
+    generator, and resumed into objects built from another seed ends with the weights of the run that
+    never stopped, bit for bit. Leave out the optimizer state or the generator's and the same
+    comparison fails: it can tell."""
+    vocab, data, config = tiny
+    straight, *_, straight_go_on = _resumable_run(config, data, 0)
+    straight_go_on(range(12))
+    model, optimizer, generator, go_on = _resumable_run(config, data, 0)
+    go_on(range(6))
+    path = save_checkpoint(tmp_path / "resume.pt", model, config, vocab, optimizer=optimizer, step=6, generator=generator)
+    model, optimizer, generator, go_on = _resumable_run(config, data, 1)
+    step = load_training_state(path, model, None if dropped == "optimizer" else optimizer,
+                               None if dropped == "generator" else generator)
+    assert step == 6
+    go_on(range(step, 12))
+    same = all(torch.equal(a, b) for a, b in zip(straight.state_dict().values(), model.state_dict().values(), strict=True))
+    assert same == (dropped is None)
+
+
+def test_old_checkpoints_still_load_and_say_they_cannot_resume(tiny, tmp_path):
+    """Lessons 08 to 10 load the checkpoint lesson 07 left in the cache, perhaps written before the
+    training state was kept (version 1: no optimizer, step or generator)."""
+    vocab, _, config = tiny
+    model = TransformerLM(config)
+    payload = torch.load(save_checkpoint(tmp_path / "new.pt", model, config, vocab, extra={"steps": 5}), weights_only=True)
+    assert payload["version"] == 2 and payload["optimizer"] is None and payload["step"] is None
+    old = {k: v for k, v in payload.items() if k not in ("optimizer", "step", "generator")}
+    old["version"] = 1
+    torch.save(old, tmp_path / "old.pt")
+    loaded, loaded_config, loaded_vocab = load_checkpoint(tmp_path / "old.pt")
+    assert loaded_config == config and loaded_vocab == vocab
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True))
+    assert read_checkpoint(tmp_path / "old.pt")["extra"] == {"steps": 5}
+    assert load_training_state(tmp_path / "old.pt", TransformerLM(config)) is None  # the weights alone: fine
+    with pytest.raises(CheckpointError, match="holds no optimizer state"):
+        load_training_state(tmp_path / "old.pt", loaded, configure_optimizer(loaded, lr=1e-3))
+    old["version"] = 3
+    torch.save(old, tmp_path / "future.pt")
+    with pytest.raises(CheckpointError, match="version 3"):
+        load_checkpoint(tmp_path / "future.pt")

@@ -23,7 +23,7 @@ LESSON_CHECKS: dict[str, tuple[str, ...]] = {
     "04-attention-modules": ("multihead",),
     "05-transformer-layer": ("layer_norm", "transformer_block"),
     "06-transformer-lm": ("position_embeddings", "transformer_lm"),
-    "07-training": ("training_batches", "training_schedule", "training_step"),
+    "07-training": ("training_batches", "training_eval", "training_groups", "training_schedule", "training_step"),
     "08-generation": ("sample_next", "sampling_filters"),
     "09-fast-generation": ("batch_mask", "cached_generation", "kv_cache", "rope"),
     "10-gpt2": ("bpe", "bpe_text", "gpt2"),

@@ -58,6 +58,21 @@ def train_step(
     return loss.item()  # a float: the graph behind `loss` can be freed
 
 
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW's parameter groups: [{"params": decayed, "weight_decay": weight_decay},
+    {"params": the others, "weight_decay": 0.0}].
+
+    A parameter is decayed exactly when it is the weight of an nn.Linear that no nn.Embedding
+    holds (a tied lm_head shares the embedding table: not decayed). Every parameter of
+    model.parameters() is in exactly one group, once.
+    """
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}  # tied or not
+    decayed = [m.weight for m in model.modules() if isinstance(m, nn.Linear) and id(m.weight) not in tables]
+    chosen = {id(p) for p in decayed}
+    others = [p for p in model.parameters() if id(p) not in chosen]  # parameters() gives a tied tensor once
+    return [{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]
+
+
 def learning_rate(step: int, config) -> float:
     """The learning rate of update `step` (0-based) under `config`, a TrainConfig.
 
@@ -74,3 +89,36 @@ def learning_rate(step: int, config) -> float:
     progress = min(1.0, (step - config.warmup_steps) / decay_steps)  # 0 -> 1, then stays at 1
     factor = 0.5 * (1 + math.cos(math.pi * progress))  # 1 -> 0
     return config.min_lr + factor * (config.lr - config.min_lr)
+
+
+def estimate_loss(
+    model: nn.Module,
+    splits: dict[str, torch.Tensor],
+    n_batches: int,
+    batch_size: int,
+    block_size: int,
+    seed: int = 1234,
+) -> dict[str, float]:
+    """The mean cross-entropy (nats per token) of model on n_batches random batches of each split.
+
+    splits: {name: ids}, each (N,). For each split a new generator seeded with seed cuts n_batches
+    batches with get_batch(ids, batch_size, block_size, generator=...), x and y (B, T) each.
+    Returns {name: the mean of its n_batches losses} as Python floats. Runs in evaluation mode
+    without gradients and leaves the model in the mode it came in.
+    """
+    was_training = model.training  # the mode the model came in
+    model.eval()
+    estimates = {}
+    for name, ids in splits.items():
+        generator = torch.Generator().manual_seed(seed)  # the same batches at every call
+        total = 0.0
+        for _ in range(n_batches):
+            x, y = get_batch(ids, batch_size, block_size, generator=generator)  # (B, T) each
+            with torch.no_grad():  # nothing calls backward(): no graph
+                logits = model(x)  # (B, T, V)
+                B, T, V = logits.shape
+                loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))  # (B*T, V) against (B*T,)
+            total += loss.item()
+        estimates[name] = total / n_batches
+    model.train(was_training)  # back in the mode it came in
+    return estimates

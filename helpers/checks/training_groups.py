@@ -1,0 +1,257 @@
+"""Checks for lesson 07 (training): AdamW's parameter groups, ``param_groups(model, weight_decay)``,
+on the engine of ``helpers.checks.functions``.
+
+The rule the lesson teaches: a parameter is decayed exactly when it is the weight of an
+``nn.Linear`` and no ``nn.Embedding`` holds it (a tied output layer shares the embedding table:
+it is a table, not decayed); every other parameter (biases, LayerNorm's scale and shift, embedding
+tables, a bare ``nn.Parameter``) is not; every parameter of the model is in exactly one group.
+
+The probe builds models of several shapes (lesson 06's ``TransformerLM`` tied and untied, lesson
+02's bare-bones model, modules of PyTorch's own layers) and turns the student's groups into data:
+for each group its keys, its ``weight_decay`` and the names of its tensors (a tensor that is not a
+parameter of the model is named as such). The judge compares the weight decay every parameter
+gets (the order of the groups and inside them does not matter) with the reference's, and names a
+classic rule only when it gives the student's groups on every model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from helpers.checks.functions import EXACT, Spec, function_checks
+from helpers.reference import language_models, transformer_lm
+from helpers.reference import training_step as ref
+
+ADAMW_DEFAULT = "AdamW's default weight_decay, 0.01 (the group has no 'weight_decay' key)"
+STRANGER = "a tensor that is not a parameter of the model"
+
+
+class Mixer(nn.Module):
+    """A model of PyTorch's own layers: an embedding, a Linear with a bias, nn.LayerNorm, a bare
+    2-D parameter (not a Linear's weight) and a bare 1-D one, and a Linear used twice."""
+
+    def __init__(self, V: int, C: int, bias: bool):
+        super().__init__()
+        self.embed = nn.Embedding(V, C)
+        self.body = nn.Sequential(nn.Linear(C, 2 * C, bias=bias), nn.GELU(), nn.Linear(2 * C, C), nn.LayerNorm(C))
+        self.shared = nn.Linear(C, C, bias=False)
+        self.mixing = nn.Parameter(torch.zeros(C, C))  # (C, C): a matrix, but no Linear's weight
+        self.gain = nn.Parameter(torch.ones(C))
+        self.out = nn.Linear(C, V)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.shared(self.shared(self.body(self.embed(ids)) @ self.mixing)) * self.gain  # (B, T, C)
+        return self.out(x)  # (B, T, V)
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str  # "lm" (lesson 06's TransformerLM), "bigram" (lesson 02's BareBonesLM), "mixer"
+    V: int
+    C: int
+    weight_decay: float
+    layers: int = 1
+    tied: bool = True
+    bias: bool = False  # attention's biases (lm) or the first Linear's (mixer)
+
+
+CASES = [
+    Case("lm", V=11, C=12, weight_decay=0.1, layers=2, tied=True),
+    Case("lm", V=7, C=8, weight_decay=0.05, layers=1, tied=False, bias=True),
+    Case("bigram", V=9, C=5, weight_decay=0.2),
+]
+HIDDEN_CASES = [
+    Case("mixer", V=6, C=4, weight_decay=0.3, bias=True),
+    Case("lm", V=13, C=6, weight_decay=0.01, layers=3, tied=False),
+    Case("mixer", V=5, C=3, weight_decay=0.1, bias=False),
+]
+
+
+def model_for(case: Case) -> nn.Module:
+    torch.manual_seed(0)  # the weights do not matter here, only which tensor is which
+    if case.kind == "bigram":
+        return language_models.BareBonesLM(case.V, case.C)
+    if case.kind == "mixer":
+        return Mixer(case.V, case.C, case.bias)
+    return transformer_lm.TransformerLM(transformer_lm.Config(
+        n_vocab=case.V, max_len=5, emb_dim=case.C, n_hidden=2 * case.C, head_dim=case.C // 2, n_heads=2,
+        n_layers=case.layers, tie_weights=case.tied, attn_bias=case.bias))
+
+
+def _names(model: nn.Module) -> dict[int, str]:
+    """Each parameter's name by identity (a tied tensor under its first name)."""
+    return {id(p): name for name, p in model.named_parameters()}
+
+
+def _plain(groups, model: nn.Module):
+    """The groups as data: per group its keys, weight decay and tensors' names."""
+    if not isinstance(groups, (list, tuple)):
+        return {"not_a_list": f"{type(groups).__name__}: {repr(groups)[:100]}"}
+    names, out = _names(model), []
+    for group in groups:
+        if not isinstance(group, dict) or "params" not in group:
+            out.append({"odd": f"{type(group).__name__}: {repr(group)[:100]}"})
+            continue
+        params = group["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        decay = group.get("weight_decay", None)
+        out.append({"keys": sorted(str(k) for k in group),
+                    "weight_decay": decay if isinstance(decay, (int, float)) and not isinstance(decay, bool) else None,
+                    "has_decay": "weight_decay" in group,
+                    "params": [names.get(id(p), STRANGER) if isinstance(p, torch.Tensor) else STRANGER for p in params]})
+    return {"groups": out}
+
+
+def _call(function, case: Case) -> dict:
+    model = model_for(case)
+    return {"out": _plain(function(model, case.weight_decay), model)}
+
+
+def _read(out):
+    """The weight decay each parameter gets, {name: [one entry per group that holds it]}, and the
+    strangers; the order of the groups and of the tensors in them does not matter."""
+    if not isinstance(out, dict) or not isinstance(out.get("groups"), list):
+        return out
+    got: dict[str, list] = {}
+    for group in out["groups"]:
+        if not isinstance(group, dict) or "params" not in group:
+            continue
+        decay = group.get("weight_decay") if group.get("has_decay") else ADAMW_DEFAULT
+        for name in group["params"]:
+            got.setdefault(name, []).append(decay)
+    return {name: sorted(values, key=str) for name, values in sorted(got.items())}
+
+
+def _expected(case: Case):
+    model = model_for(case)
+    return _read(_plain(ref.param_groups(model, case.weight_decay), model))
+
+
+def _rule(case: Case, name: str):
+    """The groups of a classic rule, as data."""
+    model = model_for(case)
+    wd = case.weight_decay
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    params = list(model.parameters())
+    if name == "dim":
+        decay = [p for p in params if p.dim() >= 2]
+    elif name == "all":
+        decay = params
+    elif name == "weights":
+        decay = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    elif name == "linear-all":
+        decay = [p for m in linears for p in m.parameters() if id(p) not in tables]
+    elif name == "tied-decayed":
+        decay = [m.weight for m in linears]
+    else:  # the right decayed group, the other one built wrongly
+        decay = [m.weight for m in linears if id(m.weight) not in tables]
+    chosen = {id(p) for p in decay}
+    rest = [p for p in params if id(p) not in chosen]
+    if name == "both":  # every Linear's weight decayed; the other modules' own parameters, tied table included
+        decay = [m.weight for m in linears]
+        rest = [p for m in model.modules() if not isinstance(m, nn.Linear) for p in m.parameters(recurse=False)]
+        rest += [m.bias for m in linears if m.bias is not None]
+    if name == "missing":  # the no-decay group from nn.Embedding, nn.LayerNorm and the Linear biases only
+        rest = [p for m in model.modules() if isinstance(m, (nn.Embedding, nn.LayerNorm)) for p in m.parameters(recurse=False)]
+        rest += [m.bias for m in linears if m.bias is not None]
+    second = {"params": rest} if name == "no-key" else {"params": rest, "weight_decay": 0.0}
+    groups = [{"params": decay, "weight_decay": 0.0 if name == "swapped" else wd},
+              {**second, **({"weight_decay": wd} if name == "swapped" else {})}]
+    return _read(_plain(groups, model))
+
+
+RULES = {
+    "dim": "you decayed every tensor of two or more dimensions: that takes in the embedding tables (and any bare "
+           "matrix) too, which this lesson does not decay; only the weight of an nn.Linear that no nn.Embedding holds "
+           "is decayed",
+    "all": "every parameter gets weight decay: biases, LayerNorm's scale and shift and the embedding tables "
+           "belong in the group with weight_decay 0.0",
+    "weights": "you decayed every parameter whose name ends in 'weight': LayerNorm's scale (its .weight) and the "
+               "embedding tables are called weight too, and are not decayed",
+    "linear-all": "you decayed the biases of the Linear layers with their weights: a bias is a vector, not decayed",
+    "tied-decayed": "the table that the embedding shares with the tied lm_head is decayed: lm_head is an nn.Linear, "
+                    "but its weight is an embedding table, and tables are not decayed",
+    "both": "the tied table is in both groups: once as lm_head's weight (decayed) and once as the embedding's "
+            "(not decayed); AdamW refuses a parameter in two groups. Take each tensor once",
+    "missing": "some parameters are in no group (those of the course's own LayerNorm, which is not an "
+               "nn.LayerNorm): AdamW would never update them. Build the no-decay group from model.parameters(), "
+               "minus the decayed ones",
+    "no-key": "the no-decay group has no 'weight_decay' key, so AdamW gives it its default, 0.01: write "
+              "'weight_decay': 0.0 in it",
+    "swapped": "the two values are swapped: the Linear weights get weight_decay 0.0 and everything else weight_decay",
+}
+
+
+def _variants(case: Case) -> dict[str, dict]:
+    return {words: _rule(case, name) for name, words in RULES.items()}
+
+
+def _form(what: str, case: Case, got, run: dict) -> str | None:
+    out = run.get("out")
+    if isinstance(out, dict) and "not_a_list" in out:
+        return (f"{what} returned {out['not_a_list']}: return a list of two dicts, "
+                "[{'params': [...], 'weight_decay': ...}, {'params': [...], 'weight_decay': 0.0}].")
+    odd = next((g["odd"] for g in (out or {}).get("groups", []) if isinstance(g, dict) and "odd" in g), None)
+    if odd:
+        return f"{what}: a group is {odd}; each group is a dict with the key 'params' (and 'weight_decay')."
+    return None
+
+
+def _reading(case: Case, got, expected) -> str:
+    said = []
+    twice = [n for n, v in got.items() if n != STRANGER and len(v) > 1]
+    if STRANGER in got:
+        said.append(f"{len(got[STRANGER])} tensor(s) in your groups are not parameters of the model (a copy, "
+                    "or .data): AdamW must get the model's own parameters")
+    if twice:
+        said.append(f"in two groups: {', '.join(twice[:4])}")
+    missing = [n for n in expected if n not in got]
+    if missing:
+        said.append(f"in no group: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
+    for n, v in expected.items():
+        if n in got and len(got[n]) == 1 and got[n] != v:
+            said.append(f"{n} gets weight_decay {got[n][0]!r} where the rule gives {v[0]!r}")
+    return "wrong groups: " + "; ".join(said[:6])
+
+
+def _arguments(case: Case) -> str:
+    if case.kind == "lm":
+        shape = (f"lesson 06's TransformerLM, {case.layers} layer(s), {'tied' if case.tied else 'untied'}"
+                 f"{', attention with biases' if case.bias else ''}")
+    elif case.kind == "bigram":
+        shape = "lesson 02's bare-bones model (an embedding and its tied output layer)"
+    else:
+        shape = ("a model of nn.Embedding, nn.Linear (one used twice), nn.LayerNorm and two bare nn.Parameter "
+                 "(a matrix and a vector)")
+    return f"{shape}, weight_decay={case.weight_decay}"
+
+
+SPEC = Spec(
+    label="param_groups",
+    call=_call,
+    expected=_expected,
+    variants=_variants,
+    arguments=_arguments,
+    summary=lambda cases: (f"param_groups: on {len(cases)} models every parameter is in exactly one group, decayed "
+                           "exactly when it is an nn.Linear's weight that no nn.Embedding holds"),
+    read=_read,
+    compare=EXACT,
+    form=_form,
+    reading=_reading,
+    evidence=lambda case, expected, got: "; ".join(
+        f"{n}: expected {expected.get(n)}, got {got.get(n, 'no group')}"
+        for n in dict.fromkeys([*expected, *got]) if expected.get(n) != got.get(n))[:600],
+)
+
+def _vary(case: Case, rng) -> Case:
+    """Grading's extra case: the same model, another weight decay."""
+    return dataclasses.replace(case, weight_decay=round(rng.uniform(0.02, 0.5), 3))
+
+
+check_param_groups, check_param_groups_hidden = function_checks("check_param_groups", SPEC, CASES, HIDDEN_CASES,
+                                                                vary=_vary)
