@@ -182,14 +182,14 @@ def judge_test(test: Test, job: JobResult, answer_line: StepLine | None, code: t
         if record.error is not None:
             if record.not_implemented:
                 return result("failed", "not answered yet (your code raises NotImplementedError)")
-            return result("failed", f"your code raised {record.error}")  # the one rule: see STATUSES
+            return result("failed", record.with_notes(f"your code raised {record.error}"))  # the one rule: see STATUSES
         if record.failed is not None:
-            return result("failed", record.failed)
+            return result("failed", record.with_notes(record.failed))
         try:
             data = decode(record.data)
             REGISTRY[record.check].judge(data)
         except CheckFailed as exc:
-            return result("failed", str(exc))
+            return result("failed", record.with_notes(str(exc)))
         except Exception as exc:  # noqa: BLE001 - data no probe writes, or a fault of the judge's own
             return result("tampered", f"the test's data was not what the check produces ({type(exc).__name__}: {exc}): "
                           "the notebook forged it, or the check has a fault; either way the instructor should look")

@@ -385,3 +385,26 @@ def test_a_judge_that_raises_is_the_checks_fault_never_the_students():
     with pytest.raises(CheckFailed, match="could not judge your answer: its own code raised ZeroDivisionError") as told:
         check(lambda x: x)
     assert "not a verdict on your code" in str(told.value)
+
+
+def test_in_the_notebook_a_failing_check_adds_what_the_code_shows_on_its_face():
+    """The same notes the grader adds (``diagnose.code_notes``) close a failing check's message in the
+    notebook: here a doubling whose result the line throws away."""
+    import linecache
+
+    from helpers.checks.core import Check, CheckFailed
+
+    source = "def double(x):\n    x.mul(2)\n    return x\n"
+    linecache.cache["<cell 99>"] = (len(source), None, source.splitlines(keepends=True), "<cell 99>")
+    namespace: dict = {}
+    exec(compile(source, "<cell 99>", "exec"), namespace)
+
+    def judge(data):
+        if not torch.equal(data["out"], torch.tensor([2.0, 4.0])):
+            raise CheckFailed("double(x) should be 2 * x")
+        return "fine"
+
+    check = Check("check_toy_notes", lambda f: {"out": f(torch.tensor([1.0, 2.0]))}, judge)
+    with pytest.raises(CheckFailed) as told:
+        check(namespace["double"])
+    assert str(told.value).startswith("double(x) should be 2 * x\nIn your code: line 2 of double, `x.mul(2)`")

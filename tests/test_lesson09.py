@@ -8,7 +8,7 @@ from harness import CatalogueTests, catalogue
 
 from helpers.checks.batch_mask import expected_mask_and_positions, generate_batch_with
 from helpers.checks.kv_cache_known import KnownGoodCachedAttention, chained, small_model
-from helpers.checks.rope import known_good_rope, rotary_chained
+from helpers.checks.rope_known import known_good_rope, rotary_chained
 from helpers.reference import fast_generation as ref
 from helpers.reference.multihead import CausalSelfAttention
 from helpers.reference.sampling import generate

@@ -246,6 +246,8 @@ def test_right_data_passes_and_wrong_data_fails_with_the_judges_words(visible):
         (job(result_line([{**record([2.0, 4.0]), "failed": "no"}])), None, "tampered", "one of data, failed and error"),
         (job(result_line([{"check": "check_toy_double", "error": 3}])), None, "tampered", "'error' is a string"),
         (job(result_line([record([2.0, 4.0])], s="fast")), None, "tampered", "'s' is a number"),
+        (job(result_line([{**record([2.0, 4.0]), "notes": "line 1"}])), None, "tampered", "'notes' is a list"),
+        (job(result_line([{**record([2.0, 4.0]), "notes": ["x"] * 4}])), None, "tampered", "at most 3 strings"),
     ],
 )
 def test_every_way_a_test_can_go_wrong_has_its_status(visible, the_job, answer, status, words):
@@ -253,11 +255,21 @@ def test_every_way_a_test_can_go_wrong_has_its_status(visible, the_job, answer, 
     assert result.status == status and words in result.message and result.points == 0
 
 
+def test_notes_on_the_code_join_a_failing_message_and_never_a_pass(visible):
+    noted = {"notes": ["line 2 of double, `x.mul(2)`, keeps nothing"]}
+    failed = judge_test(visible, job(result_line([{**record([2.0, 5.0]), **noted}])), None)
+    assert failed.status == "failed" and failed.message.endswith("\nIn your code: line 2 of double, `x.mul(2)`, keeps nothing")
+    raised = judge_test(visible, job(result_line([{"check": "check_toy_double", "error": "TypeError: x", **noted}])), None)
+    assert raised.status == "failed" and "In your code: line 2" in raised.message
+    passed = judge_test(visible, job(result_line([{**record([2.0, 4.0]), **noted}])), None)
+    assert (passed.status, passed.message) == ("passed", "passed")
+
+
 def test_the_wire_reads_back_what_it_writes_and_nothing_else():
     """A step line and the checks' records survive the JSON round trip field for field; every field
     a record can write is one the reader knows (RECORD_KEYS), and what the reader does not know
     comes back marked, never dropped in silence."""
-    records = (Record("check_a", data={"out": [1.0]}), Record("check_b", failed="not a function"),
+    records = (Record("check_a", data={"out": [1.0]}), Record("check_b", failed="not a function", notes=("line 3 ...",)),
                Record("check_c", error="NotImplementedError: ", not_implemented=True))
     line = StepLine("double-check", "error", s=0.25, error="ValueError: x", records=records, tampered=("json.dumps",))
     assert StepLine.read(json.loads(json.dumps(line.to_json()))) == line

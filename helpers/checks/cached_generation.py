@@ -110,8 +110,9 @@ def _cached_positions(T0: int, n: int, max_len: int) -> int:
 
 
 def _mistaken(model, ids, n, options, flavour):
-    """What four classic mistakes generate: new tokens at position 0 ("zero"), a cache slid past max_len
-    ("slide"), each token sampled from the logits of the input's first position ("first"), the
+    """What five classic mistakes generate: new tokens at position 0 ("zero"), a cache slid past max_len
+    ("slide"), each token sampled from the logits of the input's first position ("first"), the argmax
+    instead of a sample ("greedy"), the
     from-scratch window cut from the start of the text instead of its end ("head"): the ids it
     generates, and how many positions (per layer) its loop computes."""
     max_len = model.config.max_len
@@ -131,7 +132,8 @@ def _mistaken(model, ids, n, options, flavour):
                 position = torch.tensor([0 if flavour == "zero" else T])
                 logits, caches = known_good_forward_cached(model, ids[:, -1:], caches, position)
                 computed += 1
-            next_ids = sampling.sample_next(logits[:, 0 if flavour == "first" else -1], **options)
+            last = logits[:, 0 if flavour == "first" else -1]
+            next_ids = last.argmax(dim=-1) if flavour == "greedy" else sampling.sample_next(last, **options)
             ids = torch.cat([ids, next_ids.unsqueeze(1)], dim=1)
     return ids, computed
 
@@ -172,9 +174,14 @@ def _judge_generate(cases):
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(expected.shape):
                 lost = (isinstance(out, torch.Tensor) and expected.dim() == 2 and expected.shape[0] == 1
                         and tuple(out.shape) == tuple(expected.shape[1:]))
+                stopped = (isinstance(out, torch.Tensor) and out.dim() == expected.dim()
+                           and out.shape[-1] == max_len + 1 < expected.shape[-1])
                 raise CheckFailed(f"{what} should return ids of shape {tuple(expected.shape)}, got {describe(out)}."
                                   + (" A batch of one keeps its batch axis: squeeze(0) only a prompt that came "
-                                     "without one (a squeeze() with no dim drops every axis of size 1)." if lost else ""))
+                                     "without one (a squeeze() with no dim drops every axis of size 1)." if lost else "")
+                                  + (f" It stopped when the text reached max_len + 1 = {max_len + 1} tokens: did the loop "
+                                     "end once the cache was full? Past max_len generation goes on, running the last "
+                                     "max_len tokens from scratch." if stopped else ""))
             again = run.get("again")
             if not torch.equal(out.long(), expected) and isinstance(again, torch.Tensor) and not torch.equal(again, out):
                 raise CheckFailed(f"{what}: two runs with the same seed gave different ids ({out.tolist()} then "
@@ -195,6 +202,9 @@ def _judge_generate(cases):
                                        ("first", "the next token was sampled from the logits of the first position "
                                         "given to the model, not the last: the prediction for the next token is "
                                         "logits[:, -1]"),
+                                       ("greedy", "every token is the most likely one (argmax of the last "
+                                        "logits): temperature, top_k, top_p and the generator were not used; "
+                                        "draw each token with sample_next"),
                                        ("head", "past max_len the window run from scratch was the first max_len "
                                         "tokens, ids[:, :max_len], not the last: the next token follows the "
                                         "end of the text, ids[:, -max_len:]")):

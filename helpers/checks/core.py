@@ -30,8 +30,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.checks.diagnose import explain_exception
+from helpers.checks.diagnose.code_notes import code_notes
 from helpers.checks.evidence import Unsupported, close, describe, first_mismatch
-from helpers.checks.record import Record
+from helpers.checks.record import MAX_NOTE_CHARS, Record, with_notes
 
 __all__ = [
     "Check",
@@ -96,20 +97,20 @@ class Check:
                 data = decode(encode(self.probe(student_object)))
             except NotImplementedError as exc:
                 if not _unanswered(exc):  # raised inside PyTorch: an error like any other
-                    raise CheckFailed(_explain_error(exc)) from exc
+                    raise CheckFailed(with_notes(_explain_error(exc), code_notes(student_object))) from exc
                 what = getattr(student_object, "__name__", "your answer")
                 raise CheckFailed(
                     f"{what} is not written yet: it still raises NotImplementedError. Replace the "
                     "lines under '# YOUR CODE HERE' with your code, run that cell, then this one."
                 ) from None
-            except CheckFailed:
-                raise
+            except CheckFailed as exc:
+                raise CheckFailed(with_notes(str(exc), code_notes(student_object))) from exc
             except Exception as exc:  # the student's code raised: say where, and what it means
-                raise CheckFailed(_explain_error(exc)) from exc
+                raise CheckFailed(with_notes(_explain_error(exc), code_notes(student_object))) from exc
             try:
                 summary = self.judge(data)
-            except CheckFailed:
-                raise
+            except CheckFailed as exc:
+                raise CheckFailed(with_notes(str(exc), code_notes(student_object))) from None
             except Exception as exc:  # the judge's own fault: never shown as if the student's code raised it
                 raise CheckFailed(
                     f"This check could not judge your answer: its own code raised {_plain_error(exc)}. That is a "
@@ -120,11 +121,12 @@ class Check:
 
     def record(self, student_object: Any) -> Record:
         """Run the probe and return its data, or the error the student's code raised."""
+        notes = tuple(note[:MAX_NOTE_CHARS] for note in code_notes(student_object))
         try:
             with torch.random.fork_rng():
-                return Record(self.name, data=encode(self.probe(student_object)))
+                return Record(self.name, data=encode(self.probe(student_object)), notes=notes)
         except CheckFailed as exc:  # the probe itself found the object unusable (wrong type...)
-            return Record(self.name, failed=str(exc))
+            return Record(self.name, failed=str(exc), notes=notes)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - any error of the student's
             # code is data here, an exit() or an interrupt included (a timeout's own exception goes on)
             plain = _plain_error(exc)
@@ -134,7 +136,8 @@ class Check:
             if explained != plain:  # the first line stays "TypeName: message", then what it means
                 body = explained.rsplit("\n", 1)[0]
                 error = f"{plain[:600]}\n{body}"[:2000]
-            return Record(self.name, error=error, not_implemented=not_implemented)
+            return Record(self.name, error=error, not_implemented=not_implemented,
+                          notes=() if not_implemented else notes)
 
 
 def _unanswered(exc: BaseException) -> bool:
@@ -419,8 +422,15 @@ def expect_tensor(value: Any, shape: tuple[int, ...], what: str) -> torch.Tensor
 
 
 def identify(got: torch.Tensor, variants: dict[str, torch.Tensor], atol: float, rtol: float):
-    """The first known mistake whose output ``got`` reproduces, or ``None``."""
-    for label, output in variants.items():
-        if output.shape == got.shape and close(output, got, atol, rtol):
-            return label
-    return None
+    """The known mistake whose output ``got`` reproduces, or ``None``. When several reproduce it, the
+    case cannot tell them apart: each is said, none is claimed."""
+    fits = {label: output for label, output in variants.items() if output.shape == got.shape and close(output, got, atol, rtol)}
+    if not fits:
+        return None
+    first = next(iter(fits.values()))
+    # two words for one computation (the same numbers) are one mistake, said the first (more specific) way
+    distinct = [label for i, (label, output) in enumerate(fits.items())
+                if i == 0 or not close(first, output, 1e-12, 1e-12)]
+    if len(distinct) == 1:
+        return distinct[0]
+    return f"the output fits {len(distinct)} known mistakes, which this case cannot tell apart: " + "; or ".join(distinct)

@@ -125,6 +125,10 @@ def ce_variants(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.
         "the sign is wrong: the loss is the *negative* log-probability": -loss(logp),
         "you used log base 2 (or 10); use the natural log": loss(logp) / math.log(2),
         "you used log base 10; use the natural log": loss(logp) / math.log(10),
+        "the log of the sum of exponentials is taken in base 2 (log2): the normaliser is the natural log, "
+        "like the rest of the loss": loss(shifted - lse / math.log(2)),
+        "the log of the sum of exponentials is taken in base 10 (log10): the normaliser is the natural log, "
+        "like the rest of the loss": loss(shifted - lse / math.log(10)),
         "you forgot the log: that is the mean of -p, not of -log p": -logp.exp()[torch.arange(N), wanted].mean(),
         "you took every target in every row (logp[:, targets]); pick one entry per row, "
         "logp[torch.arange(N), targets]": -logp[:, wanted].mean(),

@@ -200,7 +200,8 @@ def _cause(name, got, expected, initial, C, nh) -> str:
                     "then key's, then value's: split the 3C features into three blocks of C")
     if name.endswith(".weight") and _same(have, expected.get(name[: -len("weight")] + "bias", want * 0)):
         return f"{name} holds the bias: weight and bias were swapped ({source})"
-    for other, tensor in expected.items():
-        if other != name and tensor.shape == want.shape and _same(have, tensor) and other.split(".")[-1] == name.split(".")[-1]:
-            return f"{name} holds what belongs in {other} (from {gpt2_source(other)}); it comes from {source}"
+    holds = [other for other, tensor in expected.items() if other != name and tensor.shape == want.shape and _same(have, tensor)]
+    if holds:
+        other = min(holds, key=lambda o: o.split(".")[-1] != name.split(".")[-1])  # a like-named one first
+        return f"{name} holds what belongs in {other} (from {gpt2_source(other)}); it comes from {source}"
     return f"{name} differs from {source}: " + first_mismatch(want, have, 1e-6, 1e-5)

@@ -166,6 +166,12 @@ def _layer_norm_mismatch(reference, expected, out, x_of_case, weight, bias, eps,
         var = float(x.var(correction=0))
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(row), tuple(shape[:-1])))
         right = math.sqrt(var + eps)
+        divisors = _divisor_read(x_of_case.reshape(-1, shape[-1]).double(), factors, eps)
+        if divisors:
+            return (f"{what}: read back before weight and bias, as (out - bias) / weight, each position's "
+                    f"{shape[-1]} values are x - mean, centred correctly, and divided at every position by "
+                    f"{divisors} instead of sqrt(var + eps) (var the mean of the squared deviations over the last "
+                    f"dimension); {first_mismatch(expected, out, tol, tol)}.")
         return (
             f"{what}: read back before weight and bias, as (out - bias) / weight, each position's "
             f"{shape[-1]} values are x - mean, centred correctly, but divided by the wrong amount, a "
@@ -179,6 +185,27 @@ def _layer_norm_mismatch(reference, expected, out, x_of_case, weight, bias, eps,
     if rule_before not in _BEFORE_AFFINE:
         return message
     return f"{what}: read back before weight and bias, as (out - bias) / weight, {before.removeprefix(label + ': ')}"
+
+
+def _divisor_read(rows: torch.Tensor, factors: torch.Tensor, eps: float) -> str | None:
+    """What every row was divided by, when one formula of its variance gives it at every row: the
+    output's divisor is sqrt(var + eps) / factor, compared with each formula to 1e-6 relative."""
+    var = rows.var(dim=-1, correction=0)  # (rows,)
+    unbiased = rows.var(dim=-1, correction=1) if rows.shape[-1] > 1 else var
+    divided = (var + eps).sqrt() / factors.double()
+    formulas = {
+        "var + eps, with no square root (was the sqrt left out?)": var + eps,
+        "(var + eps) ** 0.25, the square root taken twice (var already a standard deviation, then sqrt "
+        "again?)": (var + eps).sqrt().sqrt(),
+        "sqrt(var) + eps, eps outside the square root": var.sqrt() + eps,
+        "sqrt(sqrt(var) + eps), the square root taken twice (var already a standard deviation, then "
+        "sqrt(var + eps) again?)": (var.sqrt() + eps).sqrt(),
+        "sqrt(var), with no eps": var.sqrt(),
+        "sqrt(var + eps) of the unbiased variance (divided by C - 1, torch.var's default): LayerNorm divides "
+        "by C (correction=0 or unbiased=False)": (unbiased + eps).sqrt(),
+    }
+    fits = [words for words, d in formulas.items() if bool(((d - divided).abs() <= 1e-6 * d.abs()).all())]
+    return fits[0] if len(fits) == 1 else None
 
 
 def _judge_layer_norm(cases):

@@ -111,11 +111,15 @@ def _mlp_structure(what: str, run: dict, C: int, H: int) -> None:
         elif first == [C, H] and params.get("model.2.weight") == [H, C]:
             problem = (f"the layer sizes are swapped: the first layer goes from emb_dim={C} into "
                        f"n_hidden={H}, nn.Linear({C}, {H}), and the second comes back, nn.Linear({H}, {C})")
-        elif first and "model.0.bias" not in params:
+        elif first and "model.0.bias" not in params and "model.2.bias" not in params:
             problem = "the linear layers have no bias; keep nn.Linear's default bias=True"
+        elif (unbiased := [k.removesuffix(".bias") for k in want if k.endswith(".bias") and k not in params
+                           and params.get(k.removesuffix(".bias") + ".weight") == want[k.removesuffix(".bias") + ".weight"]]):
+            problem = (f"{' and '.join(unbiased)} has no bias (the weights have the right shapes): was it built with "
+                       "bias=False? Keep nn.Linear's default bias=True")
         elif first == [C, C] or params.get("model.2.weight") == [C, C]:
             problem = f"the hidden layer has emb_dim={C} units instead of n_hidden={H}"
-        elif first and first[1:] == [C] and params.get("model.2.weight") == [C, first[0]]:
+        elif first and first[0] != H and first[1:] == [C] and params.get("model.2.weight") == [C, first[0]]:
             problem = f"the hidden layer has {first[0]} units instead of n_hidden={H}"
         elif layers and layers[0] != "Linear":
             problem = f"the Sequential should start with the linear layer; it holds {layers}"

@@ -153,9 +153,10 @@ def _judge_positions(cases):
                 problems.append((case, run, what))
             elif run.get("table_learns") is False:
                 raise CheckFailed(
-                    f"{what}: the values are right, but no gradient reaches pos_to_embedding's table: .data, "
-                    ".detach() or torch.no_grad() took the positions out of the graph, so training would never "
-                    "learn them. Look them up with pos_to_embedding(positions).")
+                    f"{what}: the values are right, but no gradient reaches pos_to_embedding's table, so training "
+                    "would never learn the positions: the rows added to x are not the result of this call's "
+                    "lookup pos_to_embedding(positions) in the graph. Were they taken out of it (.data, .detach(), "
+                    "torch.no_grad()), or kept from an earlier call and reused?")
         if problems:
             case, run, what = problems[0]
             tol = tolerances[case[0]]

@@ -10,6 +10,9 @@ step (``autograder.protocol.StepLine``). It holds exactly one outcome:
   diagnosis says the error means follows (``helpers.checks.diagnose.explain_exception``).
   ``not_implemented``: it was the blank answer's own ``NotImplementedError``.
 
+With any outcome, ``notes``: what the student's code shows on its face (``diagnose.code_notes``: a
+result thrown away, a loop that ends in its first pass...), added to the message when it fails.
+
 The reader (:meth:`Record.from_json`) trusts nothing: the child's process ran the student's code,
 so a field of the wrong type or a record with no outcome or two is refused with the reason.
 """
@@ -35,6 +38,7 @@ class Record:
     failed: str | None = None
     error: str | None = None
     not_implemented: bool = False
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self):
         outcomes = [self.data is not _MISSING, self.failed is not None, self.error is not None]
@@ -47,11 +51,12 @@ class Record:
 
     def to_json(self) -> dict:
         """The record as the child writes it: ``check`` and the fields of its one outcome."""
+        notes = {"notes": list(self.notes)} if self.notes else {}
         if self.has_data:
-            return {"check": self.check, "data": self.data}
+            return {"check": self.check, "data": self.data, **notes}
         if self.failed is not None:
-            return {"check": self.check, "failed": self.failed}
-        return {"check": self.check, "error": self.error, "not_implemented": self.not_implemented}
+            return {"check": self.check, "failed": self.failed, **notes}
+        return {"check": self.check, "error": self.error, "not_implemented": self.not_implemented, **notes}
 
     @classmethod
     def from_json(cls, value: Any) -> Record:
@@ -68,9 +73,25 @@ class Record:
                 raise MalformedRecord(f"a record's {key!r} is a string")
         if not isinstance(value.get("not_implemented", False), bool):
             raise MalformedRecord("a record's 'not_implemented' is true or false")
+        notes = value.get("notes", [])
+        if not isinstance(notes, list) or len(notes) > MAX_NOTES or not all(
+                isinstance(n, str) and len(n) <= MAX_NOTE_CHARS for n in notes):
+            raise MalformedRecord(f"a record's 'notes' is a list of at most {MAX_NOTES} strings")
         return cls(value["check"], value.get("data", _MISSING), value.get("failed"), value.get("error"),
-                   value.get("not_implemented", False))
+                   value.get("not_implemented", False), tuple(notes))
+
+    def with_notes(self, message: str) -> str:
+        """A failing message with what the student's code shows on its face (``diagnose.code_notes``)."""
+        return with_notes(message, self.notes)
 
 
+def with_notes(message: str, notes) -> str:
+    if not notes:
+        return message
+    return f"{message}\nIn your code: " + " ".join(notes)
+
+
+#: the notes a record may carry, and their length (what ``diagnose.code_notes`` writes fits)
+MAX_NOTES, MAX_NOTE_CHARS = 3, 1000
 #: the fields a record may hold on the wire
 RECORD_KEYS = tuple(f.name for f in fields(Record))

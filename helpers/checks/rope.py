@@ -34,28 +34,8 @@ from helpers.checks.core import (
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import attempt, caught, raise_caught
 from helpers.checks.invariants import input_gradients, judge_input_gradients
-from helpers.checks.kv_cache_known import causal_with_past
+from helpers.checks.rope_known import known_good_rope, rotary_chained
 from helpers.checks.verdict import load_weights, tolerance
-
-
-def known_good_rope(x, positions, base=10000.0, flavour="right", k=2.0):
-    """RoPE in the lesson's convention (pair i turns by base ** (-k i / hs) per position); ``flavour``
-    names a mistake instead: ``interleaved`` (pairs 2i, 2i+1), ``no-two`` (k = 1), ``ignores-positions``
-    (0 ... T-1), ``growing`` (k = -2), ``backwards`` (turned by minus the angle)."""
-    hs = x.shape[-1]
-    half = hs // 2
-    exponent = (1 if flavour == "no-two" else -2 if flavour == "growing" else k) * torch.arange(half, dtype=torch.float64) / hs
-    if flavour == "ignores-positions":
-        positions = torch.arange(x.shape[-2])
-    angles = positions.to(torch.float64).unsqueeze(-1) * base ** (-exponent)  # (T, hs/2)
-    angles = -angles if flavour == "backwards" else angles
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    if flavour == "interleaved":
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-
 
 ROPE_MISTAKES = {
     "interleaved": "you paired neighbouring features (2i, 2i+1), the interleaved convention; this lesson pairs "
@@ -65,6 +45,8 @@ ROPE_MISTAKES = {
     "ignores-positions": "the rows were turned by 0, 1, ..., T-1 whatever positions says: use the positions given",
     "growing": "the frequencies grow with the pair: base ** (+2i / hs); the frequency of pair i is base ** (-2i / hs), "
     "pair 0 turning fastest",
+    "cos-sin-swapped": "the cosine and the sine trade places: your values are (x1 sin - x2 cos, x1 cos + x2 sin); the "
+    "rotation is (x1 cos - x2 sin, x1 sin + x2 cos). Were the two swapped where they are computed or unpacked?",
     "backwards": "every pair was turned by minus its angle: (x1, x2) becomes (x1 cos - x2 sin, x1 sin + x2 cos), "
     "the sine's signs as written there",
 }
@@ -75,6 +57,7 @@ ROPE_CASES = [("x of shape (2, 3, 7, 6), positions 4 ... 10", (2, 3, 7, 6), 4),
 ROPE_HIDDEN_CASES = [("x of shape (3, 9, 4) in float32, positions 30 ... 38", (3, 9, 4), 30),
                      ("x of shape (1, 2, 1, 10), position 57", (1, 2, 1, 10), 57)]
 SHIFT = 11
+OTHER_BASE = 500.0  # a second call with another base: apply_rope(x, positions, base)
 
 
 def _rope_inputs(cases):
@@ -98,6 +81,7 @@ def _probe_rope(cases):
             try:
                 with case_sizes(sizes):
                     runs.append({"out": apply_rope(x, positions), "shifted": apply_rope(x.clone(), positions + SHIFT),
+                                 "other_base": attempt(apply_rope, x.clone(), positions, OTHER_BASE, sizes=sizes).get("out"),
                                  "changed": not torch.equal(before, x),
                                  "basis": attempt(apply_rope, *_basis(x.shape[-1]), sizes=sizes).get("out"),
                                  "grads": input_gradients(apply_rope, before, positions)})
@@ -177,6 +161,7 @@ def _judge_rope(cases):
             tol = 1e-10 if x.dtype == torch.float64 else 1e-5
             if close(expected, out, tol, tol):
                 judge_input_gradients(run.get("grads"), known_good_rope, (x, positions), ("x",), what, x.dtype)
+                _judge_other_base(what, x, positions, run.get("other_base"), tol)
                 continue
             variants = {ROPE_MISTAKES[f]: known_good_rope(x, positions, flavour=f) for f in ROPE_MISTAKES}
             label = identify(out, variants, tol, tol)
@@ -204,6 +189,18 @@ def _judge_rope(cases):
     return judge
 
 
+def _judge_other_base(what: str, x, positions, out, tol: float) -> None:
+    """A later call with base = OTHER_BASE must turn by that base's angles (a contract parameter)."""
+    want = known_good_rope(x, positions, base=OTHER_BASE)
+    if isinstance(out, torch.Tensor) and out.shape == want.shape and close(want, out, tol, tol):
+        return
+    read = ("it is what the default base 10000 gives: is base used, or are the frequencies kept from an earlier "
+            "call and reused?" if isinstance(out, torch.Tensor) and out.shape == want.shape
+            and close(known_good_rope(x, positions), out, tol, tol) else f"got {describe(out)}")
+    raise CheckFailed(f"{what}, called again with base={OTHER_BASE:g}: the output should turn pair i by "
+                      f"{OTHER_BASE:g} ** (-2i / hs) per position; {read}")
+
+
 def _later_positions(case, rng):
     """While grading: the same shape, later positions (and so other numbers in x)."""
     name, shape, start = case
@@ -216,41 +213,6 @@ check_rope, check_rope_hidden = visible_and_hidden("check_rope", _probe_rope, _j
 
 # ---------------------------------------------------------------------------------------------
 # RotarySelfAttention(emb_dim, head_dim, n_heads).forward(x, cache) -> (out, (k, v))
-
-
-def rotary_chained(weights, x, chunks, nh, flavour="right"):
-    """Rotary attention chunk by chunk; ``flavour``: ``right``, ``rotate-values``, ``positions-restart``
-    (each call's positions start at 0), ``no-rotation`` (plain causal attention), ``rotate-after-concat``
-    (every key rotated after joining the cache: the cached ones twice), ``values-not-keys`` (the values
-    rotated, the keys not)."""
-    B, _, C = x.shape
-    hs = weights["query.weight"].shape[0] // nh
-    outs, cache, start = [], None, 0
-    for T_new in chunks:
-        xc = x[:, start : start + T_new]
-        T_past = 0 if cache is None else cache[0].shape[2]
-        positions = torch.arange(T_new) if flavour == "positions-restart" else torch.arange(T_past, T_past + T_new)
-        start += T_new
-
-        def heads(name, xc=xc, T_new=T_new):
-            return (xc @ weights[name].T).view(B, T_new, nh, hs).transpose(1, 2)  # (B, nh, T_new, hs)
-
-        q, k, v = heads("query.weight"), heads("key.weight"), heads("value.weight")
-        if flavour != "no-rotation":
-            q = known_good_rope(q, positions)
-            k = k if flavour in ("rotate-after-concat", "values-not-keys") else known_good_rope(k, positions)
-        if flavour in ("rotate-values", "values-not-keys"):
-            v = known_good_rope(v, positions)
-        if cache is not None:
-            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-        if flavour == "rotate-after-concat":  # the cached keys, already turned, are turned again
-            k = known_good_rope(k, torch.arange(k.shape[2]))
-        cache = (k, v)
-        mask = causal_with_past(T_new, k.shape[2])
-        scores = (q @ k.transpose(-2, -1) / math.sqrt(hs)).masked_fill(~mask, float("-inf"))
-        out = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T_new, nh * hs)  # (B, T_new, nh*hs)
-        outs.append(out @ weights["to_output.weight"].T)
-    return torch.cat(outs, dim=1), cache
 
 
 ROTARY_MISTAKES = {

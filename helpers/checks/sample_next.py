@@ -75,6 +75,10 @@ def _sample_variants(row, t, top_k, top_p) -> dict[str, torch.Tensor]:
     if top_p is not None and top_k is not None:
         variants["you applied top-p before top-k: apply top_k_filter first, then top_p_filter"] = _filtered(
             raw / t, top_k, top_p, p_first=True)
+        variants["top-p was skipped because top_k was given (an elif, or a return after top-k?): with both, "
+                 "apply top_k_filter, then top_p_filter"] = _filtered(raw / t, top_k, None)
+        variants["top-k was skipped because top_p was given (an elif, or a return after top-p?): with both, "
+                 "apply top_k_filter, then top_p_filter"] = _filtered(raw / t, None, top_p)
     return {k: torch.softmax(v, dim=-1) for k, v in variants.items()}
 
 
@@ -198,9 +202,13 @@ def _judge_draws(name, row, temperature, top_k, top_p, run) -> None:
             "token (argmax) instead of drawing from the distribution; only temperature 0 is greedy."
         )
     table = ", ".join(f"{i}: {w:.3f} vs {s:.3f}" for i, (w, s) in enumerate(zip(want.tolist(), share.tolist(), strict=True)))
-    for label, variant in _sample_variants(row, temperature, top_k, top_p).items():
-        if (share - variant).abs().max().item() <= DRAW_TOL:
-            raise CheckFailed(f"{what}: {label}. Intended vs measured share of each token: {table}.")
+    fits = [label for label, variant in _sample_variants(row, temperature, top_k, top_p).items()
+            if (share - variant).abs().max().item() <= DRAW_TOL]
+    if len(fits) == 1:
+        raise CheckFailed(f"{what}: {fits[0]}. Intended vs measured share of each token: {table}.")
+    if fits:  # these draws cannot tell the readings apart: say each, claim none
+        raise CheckFailed(f"{what}: the draws fit {len(fits)} mistakes equally well, so this case cannot tell which: "
+                          + "; or ".join(fits) + f". Intended vs measured share of each token: {table}.")
     pattern = _share_pattern(row, want, share) or ("the tokens do not follow the intended distribution (temperature, "
                                                    "then top-k, then top-p, then softmax)")
     raise CheckFailed(f"{what}: {pattern}. Intended vs measured share of each token: {table}.")

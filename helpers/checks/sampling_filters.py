@@ -94,6 +94,8 @@ def _kept(what: str, logits, expected, out) -> str:
             mine = kept.reshape(-1, logits.shape[-1])[row].nonzero().flatten().tolist()
             want = (~removed).reshape(-1, logits.shape[-1])[row].nonzero().flatten().tolist()
             how = "too few" if set(mine) < set(want) else "too many" if set(mine) > set(want) else "other tokens"
+            if len(mine) == logits.shape[-1]:
+                how = "all of them: nothing was removed"
             return (f"{what}: the kept logits are unchanged, but the wrong tokens are kept ({how}): row {row} "
                     f"keeps the tokens {mine}, it should keep {want} (from the most likely: "
                     f"{logits.reshape(-1, logits.shape[-1])[row].argsort(descending=True).tolist()}).")

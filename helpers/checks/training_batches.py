@@ -292,6 +292,11 @@ def _judge(cases):
                     f"{what}: in each of the {len(starts)} batches every row is the same window (one start "
                     f"for the whole batch, e.g. {starts[0].tolist()}): draw batch_size starts, one per row."
                 )
+            if case.B > 1 and case.n_starts > case.B and all(torch.equal(s, torch.arange(case.B)) for s in starts):
+                raise CheckFailed(
+                    f"{what}: in each of the {len(starts)} batches the rows start at 0, 1, ..., {case.B - 1}: "
+                    "row b is always the window at b, whatever was drawn. Is each row's start its row number (an "
+                    "index of a loop, enumerate's counter, arange(batch_size)) instead of the start drawn for it?")
             if case.B > 1 and case.n_starts > case.B and all(torch.equal(s, s[0] + torch.arange(case.B)) for s in starts):
                 raise CheckFailed(
                     f"{what}: in each of the {len(starts)} batches the rows start at consecutive positions "

@@ -126,6 +126,8 @@ def _variants(case) -> dict[str, list[float]]:
         "the cosine runs a whole period (cos(2 pi progress)), so the rate falls and climbs back to lr; the "
         "decay is half a period, cos(pi * progress), from lr down to min_lr":
             schedule(after=lambda s: _cos(lr, min_lr, 2 * min(1.0, (s - warmup) / decay))),
+        "the half wave is in degrees, cos(180 * progress): math.cos takes radians, cos(pi * progress)":
+            schedule(after=lambda s: min_lr + 0.5 * (1 + math.cos(180 * min(1.0, (s - warmup) / decay))) * (lr - min_lr)),
         "a linear decay, not a cosine: use min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2":
             schedule(after=lambda s: lr - (lr - min_lr) * min(1.0, (s - warmup) / decay)),
     }
@@ -208,7 +210,8 @@ def _pattern(case, want: list[float], got: list[float], bad: list[int]) -> str:
         heights = [(got[s] - min_lr) / (want[s] - min_lr) for s in decay if abs(want[s] - min_lr) > 1e-9]
         if heights and max(abs(h) for h in heights) <= 1e-9:
             return ("the decay is flat at min_lr from its first step: the progress does not grow with the step (it is "
-                    f"already 1; it must be (step - warmup_steps) / (steps - 1 - warmup_steps)); {where}")
+                    f"already 1; it must be (step - warmup_steps) / (steps - 1 - warmup_steps)): does the decay's "
+                    f"length come out 1 or less, where it is steps - 1 - warmup_steps = {steps - 1 - warmup}? {where}")
         if heights and max(heights) - min(heights) <= 1e-9 * max(1.0, abs(heights[0])):
             return (f"the wave is {_ratio(heights[0], case)} × as high as it should be (rate - min_lr is that "
                     f"multiple of the reference's): a factor of the cosine term is wrong or missing; {where}")

@@ -258,8 +258,9 @@ def _judge_lm(cases):
             if long.get("kind") != "ValueError":
                 missed = "index out of range" in long["error"]  # the position lookup itself failed
                 raise CheckFailed(
-                    f"{here}: " + (f"no length check stopped it (one is missing, or it compares T with something "
-                                   f"other than config.max_len = {cfg.max_len}), so the lookup failed; " if missed else "")
+                    f"{here}: " + (f"no length check stopped it before the embedding lookups, so the lookup failed "
+                                   f"(is the check missing, does it compare T with something other than config.max_len "
+                                   f"= {cfg.max_len}, or does it come after the lookups?); " if missed else "")
                     + f"check the length yourself before the lookup and raise a ValueError that names both lengths "
                     f"({L} and {cfg.max_len}), so the user knows what went wrong. What it raised instead: {long['error']}"
                 )

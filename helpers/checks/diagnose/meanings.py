@@ -156,6 +156,13 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> Finding:
                            "np.sum …) calls the tensor's own method with numpy's words, which PyTorch does not take. "
                            "Use the tensor's methods with PyTorch's names: x.max(dim=-1, keepdim=True).values, "
                            "x.sum(dim=-1, keepdim=True).")
+        got = re.search(r"got \(([^)]*)\)", text)
+        if got and re.search(r"\bfloat\b", got.group(1)) and re.search(r"\bint \w+", text):
+            return Finding(
+                f"{fn} got a Python float where it takes an int (a count, a size, a dim; PyTorch lists the forms it "
+                "accepts below). A division with / gives a float even when it divides evenly (6 / 2 = 3.0): // keeps "
+                "an int (6 // 2 = 3)."
+            )
         return Finding(
             f"{fn} was called with arguments it does not take together (PyTorch lists the forms it accepts "
             "below): for instance keepdim=True needs a dim= too, and a dim must be an int or a tuple of ints."
@@ -172,6 +179,16 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> Finding:
                 + (f" .unsqueeze({unsq.group(1)}) put the new size-1 axis at position {unsq.group(1)}: to join a (B,) "
                    f"tensor to a (B, T) one along dim 1, make it (B, 1) with unsqueeze(1) (or [:, None])."
                    if unsq else ""))
+    if "stack expects each tensor to be equal size" in text:
+        return Finding("torch.stack puts tensors side by side along a NEW axis, so they must all have the same shape; "
+                       "to join tensors along an axis they already have (time, say), torch.cat is the one.")
+    m = re.search(r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\) at "
+                  r"non-singleton dimension (\d+)", text)
+    if m:
+        want, have, d = m.groups()
+        return Finding(f"expand only stretches axes of size 1 (a view, nothing copied): axis {d} has {n(have)}, not 1, "
+                       f"so it cannot become {n(want)}. To repeat each slice of that axis, give it an axis of size 1 "
+                       "next to it (unsqueeze), expand that one, then reshape; or repeat_interleave.")
     if "before Module.__init__() call" in text:
         return Finding("The layer's __init__ assigned a sub-module, a parameter or a buffer before nn.Module set itself up: "
                        "call super().__init__() as the first line of __init__.")

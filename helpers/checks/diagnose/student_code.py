@@ -151,6 +151,10 @@ def _describe_value(name: str, value: Any, sizes) -> str | None:
         return f"{name}: nn.Sequential of {len(value)} modules (indices 0 … {len(value) - 1})"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{name} = {value}"
+    if isinstance(value, float):
+        return f"{name} = {value:.6g} (a float)"
+    if value is None:
+        return f"{name} = None"
     if isinstance(value, (list, tuple, bytes, str, dict)):
         shown = f" ({value!r})" if len(repr(value)) < 70 else ""
         return f"{name}: a {type(value).__name__} of length {len(value)}{shown}"

@@ -159,7 +159,10 @@ def _as_multiple(diff: torch.Tensor, candidates: dict[str, torch.Tensor], atol: 
             root = (f" (1 + {_num(k)} = sqrt({round(square)}): {name} is scaled by a square root, e.g. sqrt(C), where "
                     "the reference adds it as it is)") if k > 0 and round(square) >= 2 and abs(square - round(square)) < 1e-3 * square \
                 and abs((1 + k) - round(1 + k)) > 1e-3 else ""
-            return f"{'minus ' if k < 0 else ''}{size}{name}{root}"
+            lost = (" (is that output missing from the sum: its residual added to a variable that is not passed "
+                    "on, or not added at all?)"
+                    if abs(k + 1) < 1e-9 and name.startswith("the output of ") else "")
+            return f"{'minus ' if k < 0 else ''}{size}{name}{root}{lost}"
     return None
 
 

@@ -1,0 +1,82 @@
+"""Notes on a student's control flow and state (``code_notes``): a loop that ends in its first pass, an
+inner loop that takes the outer one's name, enumerate's pair read the other way round, values kept
+between calls."""
+
+from __future__ import annotations
+
+import ast
+
+from helpers.checks.diagnose.code_reading import Where
+
+
+def kept_between_calls(tree: ast.AST, fn, where: Where) -> list[str]:
+    """State that outlives a call: attributes of the function itself, a mutable default, a global written."""
+    notes = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == fn.__name__:
+            notes.append(f"{where.line(node)}: `{where.text(node)}` keeps values on the function {fn.__name__} "
+                         "itself, so they outlive the call: a later call with other arguments (another size, base or "
+                         "table) can get what an earlier call stored. Is every value it reuses still right?")
+            break
+    given = (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values())
+    defaults = [d for d in given if isinstance(d, (list, dict, set))]
+    if defaults:
+        notes.append(f"{where.line(tree.body[0])}: a default argument of {fn.__name__} is a {type(defaults[0]).__name__}, "
+                     "made once when the function is defined and shared by every call that does not pass it: what "
+                     "one call puts in it, the next finds there. Is that meant?")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            notes.append(f"{where.line(node)}: `global {', '.join(node.names)}`: {fn.__name__} writes to the "
+                         "notebook's own variables, which outlive the call. Is every value it reads there still right?")
+    return notes
+
+
+def loop_ends_at_once(loop: ast.For | ast.While, where: Where) -> list[str]:
+    if any(isinstance(n, ast.Continue) for n in ast.walk(ast.Module(body=loop.body, type_ignores=[]))):
+        return []  # a pass that continues never reaches the return: the loop looks for something
+    for statement in loop.body:
+        if isinstance(statement, (ast.Return, ast.Break)):
+            kind = "return" if isinstance(statement, ast.Return) else "break"
+            return [f"{where.line(statement)}: `{where.text(statement)}` stands directly in the body of the loop of "
+                    f"{where.line(loop).split(' of ')[0]}, under no condition, so the loop ends during its first "
+                    f"pass. Was it meant after the loop (one indent less)?"] if kind == "return" or _not_infinite(loop) else []
+    return []
+
+
+def _not_infinite(loop) -> bool:
+    return not (isinstance(loop, ast.While) and isinstance(loop.test, ast.Constant) and loop.test.value is True)
+
+
+def _loop_names(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def shadowed_loop_names(loop: ast.For | ast.While, where: Where) -> list[str]:
+    if not isinstance(loop, ast.For):
+        return []
+    outer = _loop_names(loop.target)
+    notes = []
+    for inner in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+        if isinstance(inner, ast.For):
+            for name in sorted(outer & _loop_names(inner.target)):
+                notes.append(f"{where.line(inner)}: the inner loop takes the name `{name}`, which the loop of "
+                             f"{where.line(loop).split(' of ')[0]} already counts with: inside and after the inner "
+                             f"loop, `{name}` no longer holds the outer loop's value. Was another name meant?")
+    return notes
+
+
+ITEM_WORDS = ("ch", "char", "token", "tok", "word", "item", "piece")
+
+
+def enumerate_order(loop: ast.For, where: Where) -> list[str]:
+    """``for ch, i in enumerate(text)``: the names read the pair the other way round."""
+    call = loop.iter
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "enumerate"
+            and isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2
+            and all(isinstance(e, ast.Name) for e in loop.target.elts)):
+        return []
+    first, second = (e.id for e in loop.target.elts)
+    if first.lower().rstrip("s") in ITEM_WORDS or any(w in second.lower() for w in ("idx", "index", "pos", "count")):
+        return [f"{where.line(loop)}: enumerate yields (index, item) in that order, so `{first}` receives the index "
+                f"(0, 1, ...) and `{second}` the item. Were the two names meant the other way round?"]
+    return []

@@ -1,0 +1,161 @@
+"""The notes a failing check adds about the student's code (``helpers/checks/diagnose/code_notes.py``):
+each rule says what a line does when it is there, and nothing at all on correct code: the course's
+own reference, every correct alternative of every lesson's catalogue, and the course's own helpers."""
+
+from __future__ import annotations
+
+import importlib
+import linecache
+import math
+import pkgutil
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import helpers.reference
+from autograder.catalogue import load_catalogue
+from autograder.course import SOLUTIONS, lessons
+from helpers.checks.diagnose import code_notes as cn
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cell(source: str, name: str) -> dict:
+    """Run ``source`` as a notebook cell does (its lines in linecache); its namespace."""
+    filename = f"<cell {abs(hash(source)) % 10**8}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {"torch": torch, "nn": nn, "F": F, "math": math, "__name__": "__main__"}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the test's own source
+    return namespace
+
+
+def _notes(source: str, name: str, many: bool = True) -> list[str]:
+    namespace = _cell(source, name)
+    saved, cn.MAX_NOTES = cn.MAX_NOTES, 50 if many else cn.MAX_NOTES
+    try:
+        return cn.code_notes(namespace[name])
+    finally:
+        cn.MAX_NOTES = saved
+
+
+# one example of each rule, and the words its note must say
+EXAMPLES = {
+    "a tensor method's result dropped": (
+        "def f(x, t):\n    x.div(t)\n    return x\n", "f", ["`x.div(t)`, keeps nothing", "in-place form is .div_"]),
+    "a torch function's result dropped": (
+        "def f(ids, new):\n    torch.cat([ids, new], dim=1)\n    return ids\n", "f", ["torch.cat returns a new tensor"]),
+    "a notebook function's result dropped": (
+        "def g(x):\n    return x * 2\n\ndef f(x):\n    g(x)\n    return x\n", "f", ["g returns its result"]),
+    "a method named, not called": (
+        "def f(model):\n    model.train\n    return model\n", "f", ["names the method without calling it"]),
+    "an exception built, not raised": (
+        "def f(x):\n    if x < 0:\n        ValueError('negative')\n    return x\n", "f", ["builds a ValueError", "`raise"]),
+    "a return in a loop's body": (
+        "def f(xs):\n    out = []\n    for x in xs:\n        out.append(x)\n        return out\n", "f",
+        ["under no condition, so the loop ends during its first pass"]),
+    "an inner loop taking the outer loop's name": (
+        "def f(n):\n    total = 0\n    for i in range(n):\n        for i in range(3):\n            total += i\n    return total\n",
+        "f", ["the inner loop takes the name `i`"]),
+    "arguments in each other's places": (
+        "def g(a, top_k, top_p):\n    return a\n\ndef f(a, top_k, top_p):\n    return g(a, top_p, top_k)\n", "f",
+        ["`top_p` goes in as g's parameter `top_k`", "`top_k` goes in as g's parameter `top_p`"]),
+    "sort's pair read the other way round": (
+        "def f(p):\n    order, probs = torch.sort(p, descending=True)\n    return probs[order]\n", "f",
+        ["returns (values, indices)", "`order` receives the values"]),
+    "max's indices taken for its values": (
+        "def f(x):\n    return x - x.max(dim=-1, keepdim=True)[1]\n", "f", ["the indices (the argmax)"]),
+    "one expression given to two names": (
+        "def f(q, k, rope):\n    q, k = rope(q), rope(q)\n    return q @ k.T\n", "f", ["get the same expression, `rope(q)`"]),
+    "enumerate's pair read the other way round": (
+        "def f(text):\n    out = []\n    for ch, i in enumerate(text):\n        out.append(ord(ch))\n    return out\n", "f",
+        ["`ch` receives the index"]),
+    "values kept on the function": (
+        "def f(x):\n    cache = f.__dict__.setdefault('memo', {})\n    return cache.setdefault(len(x), x * 2)\n", "f",
+        ["keeps values on the function f itself"]),
+    "a mutable default": ("def f(x, seen=[]):\n    seen.append(x)\n    return len(seen)\n", "f", ["default argument of f is a list"]),
+    "a future mask given as attn_mask": (
+        "def f(q, k, v, T):\n    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)\n"
+        "    return F.scaled_dot_product_attention(q, k, v, attn_mask=future)\n", "f", ["True where a query MAY attend"]),
+}
+
+
+@pytest.mark.parametrize("rule", EXAMPLES)
+def test_each_rule_says_what_the_line_does(rule):
+    source, name, words = EXAMPLES[rule]
+    text = " ".join(_notes(source, name))
+    missing = [w for w in words if w not in text]
+    assert not missing, f"{rule}: the notes lack {missing}; they read: {text!r}"
+
+
+def test_notes_name_the_line_as_the_cell_counts_it_and_stay_few():
+    source = "import torch\n\n\ndef f(x, t):\n    x.div(t)\n    x.mul(t)\n    x.add(t)\n    x.sub(t)\n    return x\n"
+    notes = _notes(source, "f", many=False)
+    assert len(notes) == cn.MAX_NOTES
+    assert notes[0].startswith("line 5 of f, `x.div(t)`")
+
+
+def test_in_place_code_and_side_effects_have_no_notes():
+    source = ("def g(path, text):\n    open(path, 'w').write(text)\n    return len(text)\n\n"
+              "def f(x, seen, model, path):\n    x.add_(1)\n    seen = set()\n    seen.add(3)\n    model.to('cpu')\n"
+              "    g(path, 'a')\n    for i, row in enumerate(x):\n        if row.sum() > 0:\n            continue\n"
+              "        return i\n    return x\n")
+    assert _notes(source, "f") == []
+
+
+def test_a_class_is_read_method_by_method_and_unreadable_code_has_no_notes():
+    source = "class M(nn.Module):\n    def forward(self, x):\n        x.unsqueeze(0)\n        return x\n"
+    assert "`x.unsqueeze(0)`, keeps nothing" in " ".join(_notes(source, "M"))
+    assert cn.code_notes(len) == [] and cn.code_notes(42) == [] and cn.code_notes(lambda: 0) == []
+
+
+def _module_objects(package) -> list[tuple[str, object]]:
+    found = []
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        found += [(f"{info.name}.{name}", obj) for name, obj in vars(module).items()
+                  if isinstance(obj, (types.FunctionType, type)) and getattr(obj, "__module__", None) == module.__name__]
+    return found
+
+
+def test_silent_on_the_reference_of_every_lesson():
+    objects = _module_objects(helpers.reference)
+    assert len(objects) > 40
+    noisy = {name: cn.code_notes(obj) for name, obj in objects if cn.code_notes(obj)}
+    assert not noisy, noisy
+
+
+def _alternatives():
+    for lesson in lessons(ROOT, SOLUTIONS):
+        try:
+            catalogue = load_catalogue(lesson)
+        except FileNotFoundError:
+            continue
+        for name, answers in catalogue.alternatives.items():
+            for grade_id, source in answers.items():
+                yield f"{lesson.assignment}:{name}:{grade_id}", source
+
+
+def test_silent_on_every_correct_alternative_of_the_catalogues():
+    noisy, read = {}, 0
+    for label, source in _alternatives():
+        try:
+            namespace = _cell(source, label)
+        except Exception:  # noqa: BLE001 - an answer that needs the notebook's earlier cells: not read here
+            continue
+        for value in list(namespace.values()):
+            if isinstance(value, (types.FunctionType, type)) and value.__module__ == "__main__":
+                read += 1
+                if cn.code_notes(value):
+                    noisy[f"{label}:{value.__name__}"] = cn.code_notes(value)
+    assert read > 20, f"only {read} alternatives could be read"
+    assert not noisy, noisy
+
+
+def test_a_decorated_function_is_read_as_written():
+    source = ("def pick(logits, top_k, top_p):\n    return logits\n\n@torch.no_grad()\n"
+              "def f(logits, top_k, top_p):\n    return pick(logits, top_p, top_k)\n")
+    assert "`top_p` goes in as pick's parameter `top_k`" in " ".join(_notes(source, "f"))
