@@ -76,6 +76,10 @@ EXAMPLES = {
     "values kept on the function": (
         "def f(x):\n    cache = f.__dict__.setdefault('memo', {})\n    return cache.setdefault(len(x), x * 2)\n", "f",
         ["keeps values on the function f itself"]),
+    "a loop over a set": ("def f(ids):\n    n = {}\n    for p in set(zip(ids, ids[1:])):\n        n[p] = n.get(p, 0) + 1\n"
+                          "    return n\n", "f", ["the loop runs over set(zip(ids, ids[1:]))"]),
+    "a tie through .data": ("def f(head, emb):\n    head.weight.data = emb.weight.data\n    return head\n", "f",
+                            ["keeps the Parameter itself"]),
     "a mutable default": ("def f(x, seen=[]):\n    seen.append(x)\n    return len(seen)\n", "f", ["default argument of f is a list"]),
     "a future mask given as attn_mask": (
         "def f(q, k, v, T):\n    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)\n"

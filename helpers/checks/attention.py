@@ -145,6 +145,11 @@ def _judge_mask(cases):
                         "exp(-inf) is exactly 0, a finite 'very negative' value is not guaranteed to be (half precision "
                         "cannot even store -1e9), and scores can be more negative than you think."
                     )
+                weights = torch.softmax(expected.double(), dim=-1)
+                if out.shape == expected.shape and close(weights, out.double(), 1e-6, 1e-6):
+                    raise CheckFailed(f"{what} returned the attention weights, the softmax of the masked scores (every "
+                                      "row sums to 1, each future entry is 0): apply_causal_mask returns the masked "
+                                      "scores themselves, -inf in the future; the softmax comes after it.")
                 raise CheckFailed(f"{what}: query {i} attends to key {j}: the mask lets the future in "
                                   f"(entry {idx} should be -inf, got {value:.4g}).")
             if not close(expected, out, 0, 0):  # every future entry is -inf: some kept one differs

@@ -117,6 +117,8 @@ def _mistaken(model, ids, n, options, flavour):
     generates, and how many positions (per layer) its loop computes."""
     max_len = model.config.max_len
     ids = ids if ids.dim() == 2 else ids.unsqueeze(0)
+    dropped = {"no-top-k": "top_k", "no-top-p": "top_p", "no-temperature": "temperature"}.get(flavour)
+    options = {k: v for k, v in options.items() if k != dropped}  # an option never passed on to sample_next
     caches, computed = None, 0  # and the positions the loop computes (per layer)
     with torch.no_grad():
         for _ in range(n):
@@ -205,6 +207,10 @@ def _judge_generate(cases):
                                        ("greedy", "every token is the most likely one (argmax of the last "
                                         "logits): temperature, top_k, top_p and the generator were not used; "
                                         "draw each token with sample_next"),
+                                       *(((f"no-{o.replace('_', '-')}", f"the ids are what sample_next gives without "
+                                           f"{o} = {options[o]}: was {o} passed on to sample_next?"))
+                                         for o in ("top_k", "top_p", "temperature")
+                                         if options.get(o) is not None and options.get(o) != 1.0),
                                        ("head", "past max_len the window run from scratch was the first max_len "
                                         "tokens, ids[:, :max_len], not the last: the next token follows the "
                                         "end of the text, ids[:, -max_len:]")):

@@ -64,7 +64,8 @@ def raise_caught(what: str, run, hints=(), hint: str = "") -> None:
         return
     error = str(run["error"])
     explained = run.get("explained") if isinstance(run.get("explained"), str) else ""
-    matched = next((h for needle, h in hints if any(n in error for n in ([needle] if isinstance(needle, str) else needle))),
+    told = f"{error}\n{explained}"  # the error and the explanation's lines (the tensors on the failing line)
+    matched = next((h for needle, h in hints if any(n in told for n in ([needle] if isinstance(needle, str) else needle))),
                    None)
     raise CheckFailed("\n".join(x for x in (f"{what} raised {error}", explained, hint.strip(), matched) if x))
 

@@ -180,6 +180,9 @@ def _cause(name, got, expected, initial, C, nh) -> str:
         part = ("query", "key", "value").index(name.split(".")[-2])
         if have.dim() == 2 and _same(have, fused.T.reshape(fused.shape)[part * C:(part + 1) * C]):
             return f"the fused query/key/value weight h.{name.split('.')[1]}.attn.c_attn.weight {recut}, before splitting"
+        if _same(have, fused[part::3]):  # rows part, part + 3, ... of the (3C, ...) fused layout
+            return (f"{name} holds every third output feature of c_attn.{kind} ({part}, {part + 3}, {part + 6}, ...): "
+                    f"{name.split('.')[-2]}'s are the contiguous block {_thirds(part)}, [{part} * C : {part + 1} * C]")
         mine = name.split(".")[-2]
         for other in ("query", "key", "value"):
             if other != mine and _same(have, expected[f"{prefix}.{other}.{kind}"]):

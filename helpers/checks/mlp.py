@@ -106,6 +106,11 @@ def _mlp_structure(what: str, run: dict, C: int, H: int) -> None:
         if not run.get("sequential"):
             problem = ("store the layers in self.model = nn.Sequential(...): the parameter names are part "
                        "of the interface")
+        elif layers and layers[0] == "Linear" and layers[-1] == "Linear" and len(layers) > 3 and "ReLU" in layers:
+            extra = [name for name in layers[1:-1] if name != "ReLU"] or layers[1:-1]
+            problem = (f"the Sequential holds {layers}: {', '.join(extra)} between the layers is not part of this MLP "
+                       "(Linear, ReLU, Linear), and it moves the second linear layer from model.2 to "
+                       f"model.{len(layers) - 1}")
         elif layers == ["Linear", "Linear"]:
             problem = "the ReLU between the two linear layers is missing (so the second layer is model.1)"
         elif first == [C, H] and params.get("model.2.weight") == [H, C]:

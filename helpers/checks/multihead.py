@@ -39,6 +39,7 @@ MHA_HIDDEN_CASES = [(42, (2,), 5, 12, 4, 3, F64), (43, (4,), 9, 6, 5, 2, F32), (
 CSA_CASES = [(50, (2,), 6, 7, 3, 4, F64), (51, (), 5, 9, 2, 3, F64)]
 CSA_HIDDEN_CASES = [
     (52, (2,), 5, 12, 4, 3, F64), (53, (3,), 8, 10, 6, 2, F32), (54, (4,), 1, 6, 3, 5, F64), (55, (), 1, 7, 3, 2, F64),
+    (56, (1,), 4, 9, 2, 3, F64),  # a batch of one keeps its batch axis
 ]
 
 
@@ -95,8 +96,8 @@ def _build(cls, kind, weights, C, hs, nh, dtype, what):
     module = cls(C, hs, nh)
     core.expect_default_dtype(module, what)
     if kind == "mha":
-        heads = getattr(module, "heads", None)
-        if heads is not None and len({id(h) for h in heads}) < len(heads):
+        heads = _heads(module)
+        if heads and len({id(h) for h in heads}) < len(heads):
             names = sorted(name for name, _ in module.named_parameters())
             raise CheckFailed(
                 f"{what}: the heads share one set of weights: self.heads holds the same head "
@@ -113,6 +114,13 @@ def _build(cls, kind, weights, C, hs, nh, dtype, what):
     return module
 
 
+def _heads(module) -> list:
+    """The head modules of self.heads, whether a ModuleList, a ModuleDict (its values) or a plain list."""
+    heads = getattr(module, "heads", None)
+    heads = heads.values() if isinstance(heads, (torch.nn.ModuleDict, dict)) else heads
+    return [h for h in heads or () if isinstance(h, torch.nn.Module)]
+
+
 def _probe(kind: str, cases):
     def probe(cls) -> dict:
         expect_module_class(cls, "MultiHeadAttention" if kind == "mha" else "CausalSelfAttention")
@@ -124,7 +132,7 @@ def _probe(kind: str, cases):
             with causal.student_case(causal.legend(batch, T=T, C=C, hs=hs, nh=nh), _reason(state, x, what, kind, nh, hs)):
                 module = state["module"] = _build(cls, kind, weights, C, hs, nh, dtype, what)
                 module.to_output.register_forward_pre_hook(partial(_record_width, state["fed"], state["given"]))
-                for h, head in enumerate((getattr(module, "heads", None) or ()) if kind == "mha" else ()):
+                for h, head in enumerate(_heads(module) if kind == "mha" else ()):
                     head.register_forward_hook(partial(_record_head, h, state["ran"], state["outs"]))  # which heads ran
                 runs.append(causal.run_causal(module, x, replacement))
         return {"runs": runs}
@@ -183,6 +191,12 @@ def _judge(kind: str, cases):
                 raise CheckFailed(
                     f"{what} should return shape {shape}, got {got} (…, T, head_dim): the heads were "
                     "combined without concatenating them, or a single head's output came back."
+                )
+            if batch == (1,) and got == (T, C):
+                raise CheckFailed(
+                    f"{what} should return shape {shape}, got {got}: a batch of one lost its batch axis. Remove "
+                    "only the axis you added for a single sequence (T, C): squeeze(0) when the input came unbatched, "
+                    "not whenever B is 1."
                 )
             if not batch and got == (1, T, C):
                 raise CheckFailed(

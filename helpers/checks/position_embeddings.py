@@ -13,6 +13,7 @@ from torch import nn
 
 from helpers.checks.core import (
     CheckFailed,
+    close,
     expect_callable,
     first_mismatch,
     runs,
@@ -171,10 +172,15 @@ def _judge_positions(cases):
             raise_caught(what, got)
             seed, batch, T, C, max_len, dtype = case
             if not isinstance(got, torch.Tensor) or got.shape != wanted.shape:
+                table, x = _pos_inputs(seed, batch, T, C, max_len, dtype)
+                joined = (isinstance(got, torch.Tensor) and got.shape[:-1] == wanted.shape[:-1]
+                          and got.shape[-1] == 2 * C and close(got[..., :C].double(), x.double(), tol, tol))
                 raise CheckFailed(
                     diagnose(wanted, got, what=what, atol=tol, rtol=tol, sizes=_pos_sizes(batch, T, C))[1]
-                    + " The (T, C) position embeddings broadcast over the batch: x + pos works for (T, C) "
-                    "and (B, T, C) alike."
+                    + (f" Its first C = {C} features are x itself and the last axis is 2C: the position vectors "
+                       "were joined to x (torch.cat) instead of added to it." if joined else
+                       " The (T, C) position embeddings broadcast over the batch: x + pos works for (T, C) "
+                       "and (B, T, C) alike.")
                 )
             table, x = _pos_inputs(seed, batch, T, C, max_len, dtype)
             raise CheckFailed(_pos_mismatch(what, x.double(), got, wanted, table.double(), tol, _pos_sizes(batch, T, C)))

@@ -216,6 +216,10 @@ check_rope, check_rope_hidden = visible_and_hidden("check_rope", _probe_rope, _j
 
 
 ROTARY_MISTAKES = {
+    "keys-not-turned": "only the queries were turned: the keys must be turned too (apply_rope(k, positions)), so that "
+    "each score depends on the distance between the two positions",
+    "queries-not-turned": "only the keys were turned: the queries must be turned too (apply_rope(q, positions)), so "
+    "that each score depends on the distance between the two positions",
     "rotate-values": "the values were rotated too: RoPE turns queries and keys only (their dot products carry the "
     "positions); the values are what gets mixed, and turning them mixes position into the output",
     "positions-restart": "the positions restart at 0 in every call: the new rows are at T_past ... T_past + T_new - 1, "

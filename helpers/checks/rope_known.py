@@ -38,7 +38,7 @@ def rotary_chained(weights, x, chunks, nh, flavour="right"):
     """Rotary attention chunk by chunk; ``flavour``: ``right``, ``rotate-values``, ``positions-restart``
     (each call's positions start at 0), ``no-rotation`` (plain causal attention), ``rotate-after-concat``
     (every key rotated after joining the cache: the cached ones twice), ``values-not-keys`` (the values
-    rotated, the keys not)."""
+    rotated, the keys not), ``keys-not-turned`` and ``queries-not-turned`` (one of the two left as it is)."""
     B, _, C = x.shape
     hs = weights["query.weight"].shape[0] // nh
     outs, cache, start = [], None, 0
@@ -53,8 +53,8 @@ def rotary_chained(weights, x, chunks, nh, flavour="right"):
 
         q, k, v = heads("query.weight"), heads("key.weight"), heads("value.weight")
         if flavour != "no-rotation":
-            q = known_good_rope(q, positions)
-            k = k if flavour in ("rotate-after-concat", "values-not-keys") else known_good_rope(k, positions)
+            q = q if flavour == "queries-not-turned" else known_good_rope(q, positions)
+            k = k if flavour in ("rotate-after-concat", "values-not-keys", "keys-not-turned") else known_good_rope(k, positions)
         if flavour in ("rotate-values", "values-not-keys"):
             v = known_good_rope(v, positions)
         if cache is not None:

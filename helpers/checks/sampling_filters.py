@@ -250,7 +250,10 @@ def _top_k_hints(logits, k):
     if k > V:
         return [("out of range", f"k = {k} is more than the {V} tokens of a row: then keep them all "
                                  "(k = min(k, logits.shape[-1])).")]
-    return [("out of range", f"k = {k} is at most the V = {V} tokens of a row, so the topk (or sort) ran along "
+    return [(("float64 ().", "float32 ()."), "a tensor on that line is 0-d (shape (), a single number): a loop over a "
+             "tensor walks its first axis, so looping over the rows of a (V,) row gives numbers, not rows. Filter the "
+             "whole tensor along its last axis (dim=-1), which works for (V,) and (N, V) alike."),
+            ("out of range", f"k = {k} is at most the V = {V} tokens of a row, so the topk (or sort) ran along "
                              "a shorter dimension: the tokens are the last one, dim=-1.")]
 
 
@@ -317,6 +320,10 @@ def _top_p_variants(logits, p, expected):
         s, o = across.sort(dim=-1, descending=True)
         variants["you took the softmax over the rows (dim=0) instead of over the tokens (dim=-1)"] = back(
             s.cumsum(-1) - s >= p, o)
+        whole = torch.softmax(logits.double().flatten(), dim=0).view_as(probs)  # one softmax over every entry
+        s, o = whole.sort(dim=-1, descending=True)
+        variants["you took one softmax over the whole batch (flattened) instead of one per row: each row's "
+                 "probabilities must add up to 1 on their own (softmax over dim=-1)"] = back(s.cumsum(-1) - s >= p, o)
     return variants
 
 

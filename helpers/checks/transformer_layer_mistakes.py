@@ -13,6 +13,11 @@ from helpers.checks.core import close, first_mismatch
 DEFAULT_EPS = 1e-5
 
 
+def _normalised(h: torch.Tensor, eps: float) -> torch.Tensor:
+    """(h - mean) / sqrt(var + eps) over the last axis, no weight or bias."""
+    return (h - h.mean(dim=-1, keepdim=True)) / (h.var(dim=-1, keepdim=True, correction=0) + eps).sqrt()
+
+
 def layer_norm_variants(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> dict[str, torch.Tensor]:
     """What a LayerNorm computes under each classic mistake (float64, same weights and input)."""
     C = x.shape[-1]
@@ -60,6 +65,10 @@ def layer_norm_variants(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: 
         "then add bias": (centred / (var + eps).sqrt() + b) * w,
         "weight and bias are applied to x itself, not to the normalised values: normalised * weight + bias":
             affine(x),
+        "x is multiplied by weight before it is normalised (the mean and variance are of x * weight): "
+        "normalise x first, then scale by weight and add bias": _normalised(x * w, eps) + b,
+        "the normalised values are scaled and shifted, then normalised again (weight and bias applied "
+        "before a second normalisation?): normalise once, then scale and shift": _normalised(affine(centred / (var + eps).sqrt()), eps),
         f"you divided by the norm of x - mean, the square root of the sum of the squared deviations, "
         f"sqrt(C) = {math.sqrt(C):.3g} times the standard deviation: LayerNorm divides by the square root "
         "of their mean": affine(centred / (centred.norm(dim=-1, keepdim=True) + eps)),

@@ -94,11 +94,11 @@ def _function_notes(fn: types.FunctionType) -> list[str]:
             notes += _dropped(node, fn, where, stored)
         elif isinstance(node, (ast.For, ast.While)):
             notes += flow.loop_ends_at_once(node, where) + flow.shadowed_loop_names(node, where)
-            notes += flow.enumerate_order(node, where) if isinstance(node, ast.For) else []
+            notes += flow.enumerate_order(node, where) + flow.set_iteration(node, where) if isinstance(node, ast.For) else []
         elif isinstance(node, ast.Call):
             notes += calls.arguments_by_name(node, fn, where) + calls.attn_mask_meaning(node, tree, where)
         elif isinstance(node, ast.Assign):
-            notes += calls.values_indices_order(node, where) + calls.same_twice(node, where)
+            notes += calls.values_indices_order(node, where) + calls.same_twice(node, where) + flow.data_assigned(node, where)
         elif isinstance(node, ast.Subscript):
             notes += calls.indices_taken(node, where)
     return notes

@@ -80,3 +80,23 @@ def enumerate_order(loop: ast.For, where: Where) -> list[str]:
         return [f"{where.line(loop)}: enumerate yields (index, item) in that order, so `{first}` receives the index "
                 f"(0, 1, ...) and `{second}` the item. Were the two names meant the other way round?"]
     return []
+
+
+def set_iteration(loop: ast.For, where: Where) -> list[str]:
+    """``for pair in set(...)``: each distinct item once, in the set's own order."""
+    call = loop.iter
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "set":
+        return [f"{where.line(loop)}: the loop runs over set({where.text(call.args[0]) if call.args else ''}): each "
+                "distinct item once, however often it occurs, and in the set's own order, not the order of the "
+                "original. Was every occurrence, in order, meant?"]
+    return []
+
+
+def data_assigned(node: ast.Assign, where: Where) -> list[str]:
+    """``a.weight.data = b.weight.data``: two Parameters sharing numbers, not one Parameter."""
+    if len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) and node.targets[0].attr == "data":
+        return [f"{where.line(node)}: `{where.text(node.targets[0])} = ...` replaces the numbers inside a Parameter and "
+                "keeps the Parameter itself: the two modules still hold two Parameter objects (counted twice, and no "
+                "longer sharing once either is given new numbers). Was the Parameter meant to be shared itself, "
+                "`a.weight = b.weight`?"]
+    return []

@@ -7,6 +7,7 @@ the values that line names, a layer built outside the module, and what the messa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,7 @@ def explain_error(exc: BaseException, sizes=None, axes_of=None) -> Explained:
                 described.append(text)
         if described:
             lines.append("On that line: " + "; ".join(described[:10]) + ".")
+            lines.extend(_axis_too_many(described))
         if isinstance(exc, IndexError) and source:
             lines.extend(_bad_indices(frame, source))
     outside = outside_told(getattr(exc, "course_outside", None))  # the cause; what PyTorch says follows from it
@@ -109,6 +111,24 @@ def explain_error(exc: BaseException, sizes=None, axes_of=None) -> Explained:
     if meaning:
         lines.append(meaning.established)
     return Explained(lines, "a layer built outside the module" if outside else meaning.cause)
+
+
+def _axis_too_many(described: list[str]) -> list[str]:
+    """A tensor on the failing line whose shape, in the case's letters, holds one letter twice ((B, B, nh, T, T))
+    or a 1 in front of the batch ((1, B, T)): an axis more than it should have, said as what it shows."""
+    for text in described:
+        shape = re.search(r"^(\S+): \w+ \(.*\) = \(([^)]*)\)", text)
+        if not shape:
+            continue
+        letters = [a.strip() for a in shape.group(2).split(",")]
+        named = [a for a in letters if a and not a.isdigit()]
+        twice = next((a for a in named if named.count(a) > 1 and a in ("B", "nh", "n_kv")), None)  # T, C: (T, T), (C, C) are fine
+        if twice or (len(letters) > 2 and letters[0] == "1" and letters[1] == "B"):
+            what = f"{twice} twice" if twice else "a 1 in front of the batch axis B"
+            return [f"{shape.group(1)} has {len(letters)} axes, ({', '.join(letters)}), with {what}: one axis more than "
+                    "it should have. Was an axis added (unsqueeze, [None]) to a tensor that already had it, or did two "
+                    "tensors with different numbers of axes broadcast into this one?"]
+    return []
 
 
 def explain_exception(exc: BaseException, sizes: dict[str, int] | None = None, axes_of=None) -> str:

@@ -179,6 +179,11 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> Finding:
                 + (f" .unsqueeze({unsq.group(1)}) put the new size-1 axis at position {unsq.group(1)}: to join a (B,) "
                    f"tensor to a (B, T) one along dim 1, make it (B, 1) with unsqueeze(1) (or [:, None])."
                    if unsq else ""))
+    fn = re.search(r"\bmath\.(\w+)\(", source.split("#")[0])
+    if fn and ("only one element tensors can be converted to Python scalars" in text
+               or "must be real number, not Tensor" in text):
+        return Finding(f"math.{fn.group(1)} takes one Python number, not a tensor: with a tensor of several entries "
+                       f"it cannot convert it. torch.{fn.group(1)} does the same on every entry of a tensor.")
     if "stack expects each tensor to be equal size" in text:
         return Finding("torch.stack puts tensors side by side along a NEW axis, so they must all have the same shape; "
                        "to join tensors along an axis they already have (time, say), torch.cat is the one.")
