@@ -180,6 +180,8 @@ def merge_variants(case):
         "the last token is lost when it is not part of a merge: append what is left after the loop": tail_lost,
         "only the first occurrence was merged: replace every occurrence": first,
         "you merged from the right: scan from the left, so [7, 7, 7] becomes [new, 7]": right,
+        f"the pair was matched the other way round, {tuple(pair[::-1])}: compare ids[i] with pair[0] and ids[i + 1] "
+        "with pair[1]": merge_known(ids, tuple(pair[::-1]), new_id),
     }
 
 
@@ -189,8 +191,8 @@ def merge_reading(case, got, expected):
         return None
     if got == list(ids):
         return (f"nothing was merged: your output is ids unchanged, though {pair} occurs at {_positions(ids, pair)}. "
-                "Does your comparison ever hold? A list slice never equals a tuple ([1, 2] == (1, 2) is False): "
-                "compare (ids[i], ids[i + 1]) == pair")
+                "Does your comparison ever hold? (a list slice never equals a tuple, [1, 2] == (1, 2) is False; "
+                "and ids[i], ids[i + 1] must be compared with pair[0], pair[1] in that order)")
     if got == [x for x in expected if x != new_id]:
         return f"each occurrence of {pair} was removed instead of replaced: append new_id ({new_id}) where the pair was"
     if got == [x for x in expected if x == new_id]:

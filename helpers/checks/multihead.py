@@ -134,7 +134,8 @@ def _probe(kind: str, cases):
                 module.to_output.register_forward_pre_hook(partial(_record_width, state["fed"], state["given"]))
                 for h, head in enumerate(_heads(module) if kind == "mha" else ()):
                     head.register_forward_hook(partial(_record_head, h, state["ran"], state["outs"]))  # which heads ran
-                runs.append(causal.run_causal(module, x, replacement))
+                ran_before = len(state["ran"])
+                runs.append({**causal.run_causal(module, x, replacement), "ran": sorted(set(state["ran"][ran_before:]))})
         return {"runs": runs}
 
     return probe
@@ -215,7 +216,7 @@ def _judge(kind: str, cases):
                 diagnosis = {"what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "C"),
                              "sizes": causal.legend(batch, T=T, C=C, hs=hs, nh=nh), "again": run.get("again"),
                              "alone": run.get("alone"), "dtype": dtype}
-                variants = (partial(mha_variants, weights, x, nh, hs) if kind == "mha" else
+                variants = (partial(mha_variants, weights, x, nh, hs, ran=run.get("ran")) if kind == "mha" else
                             partial(csa_variants, weights, x, nh, hs, got=run.get("out")))
                 causal.judge_causal(run, module(xd), variants, diagnosis, reference=module, x=xd, noun=name)
         shapes = ", ".join(f"x{(*c[1], c[2], c[3])} with nh={c[5]}, hs={c[4]}" for c in cases)

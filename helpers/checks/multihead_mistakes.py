@@ -55,8 +55,9 @@ def head_outputs(weights, x) -> torch.Tensor:
     return causal.attend(q, k, v, scale=1 / math.sqrt(hs))
 
 
-def mha_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
-    """What the loop version returns under each classic mistake (same weights and input)."""
+def mha_variants(weights, x, nh: int, hs: int, ran=None) -> dict[str, torch.Tensor]:
+    """What the loop version returns under each classic mistake (same weights and input); ``ran``: the
+    heads whose forward ran (recorded by the probe), which tells one head run for all from one output reused."""
     heads = head_outputs(weights, x)  # (..., nh, T, hs)
     W_o = weights["to_output"]  # (C, nh*hs)
     C = W_o.shape[0]
@@ -75,7 +76,9 @@ def mha_variants(weights, x, nh: int, hs: int) -> dict[str, torch.Tensor]:
         why = ("one tensor was filled in place for every head (buffer[...] = head(x), or out= / copy_), so the list "
                "holds the same tensor nh times and the last head's write wins (or every head uses the last one's "
                "weights): append each head's own output, head(x)" if h == nh - 1 else
-               "the heads share one set of weights (call each head of self.heads once, on x)")
+               (f"every head ran, and head {h}'s output went into every block (is one entry of the list of outputs, "
+                f"head_outputs[{h}], used for all of them?): concatenate each head's own output" if ran is not None
+                and len(ran) == nh else "the heads share one set of weights (call each head of self.heads once, on x)"))
         variants[f"every head's block of the concatenation holds head {h}'s output: {why}"] = project(
             merge_heads(heads[..., [h] * nh, :, :]))
     variants[

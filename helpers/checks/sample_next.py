@@ -68,6 +68,8 @@ def _sample_variants(row, t, top_k, top_p) -> dict[str, torch.Tensor]:
         "the filters are ignored (top_k / top_p must remove tokens before the softmax)": raw / t,
         "the temperature is applied twice (the logits are divided by it once before the filters and once more "
         "after them)": _filtered(raw / t, top_k, top_p) / t,
+        "the softmax is applied twice (probabilities put through a softmax again flatten the distribution and "
+        "give filtered tokens a share): one softmax, of the filtered logits": torch.softmax(_filtered(raw / t, top_k, top_p), -1),
     }
     if top_p is not None:
         variants["you applied top-p before the temperature: divide by the temperature first, then filter"] = (
@@ -100,7 +102,7 @@ def _share_pattern(row, want: torch.Tensor, share: torch.Tensor) -> str | None:
         slope = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
         if slope > 0 and (torch.softmax(logits[kept] * slope, -1) - share[kept]).abs().max() <= DRAW_TOL:
             return (f"the draws follow a softmax of the logits at temperature {1 / slope:.3g}, not at the temperature "
-                    "asked for: the division by the temperature is missing, repeated or another one")
+                    "asked for: is the division by the temperature missing, repeated or another one?")
     return None
 
 
