@@ -94,13 +94,15 @@ KEPT = ("the layer keeps something from its first call (a mask or table built on
         "largest T and slice it)")
 
 
-def attend(q, k, v, *, scale, mask="causal", dim=-1, transposed=False):
+def attend(q, k, v, *, scale, mask="causal", dim=-1, transposed=False, softmaxes=1):
     """Attention, q, k, v (..., T, hs) -> (..., T, hs), under a named mistake (float64)."""
     T = q.shape[-2]
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     hidden = {"causal": future, "inverted": future.T, "diagonal": future | torch.eye(T, dtype=torch.bool)}
     scores = (k @ q.transpose(-2, -1) if transposed else q @ k.transpose(-2, -1)) * scale  # (..., T, T)
-    weights = torch.softmax(scores.masked_fill(hidden.get(mask, future & ~future), float("-inf")), dim=dim)
+    weights = scores.masked_fill(hidden.get(mask, future & ~future), float("-inf"))
+    for _ in range(softmaxes):  # two: the weights put through a softmax again
+        weights = torch.softmax(weights, dim=dim)
     return (weights.masked_fill(future, 0.0) if mask == "after" else weights) @ v
 
 
@@ -132,6 +134,8 @@ def attention_variants(run, *, C: int, T: int, hs: int, over=None, got=None) -> 
         "the mask is inverted: it hides the past and shows the future": run(scale=s, mask="inverted"),
         "the mask also hides the diagonal: a token may attend to itself": run(scale=s, mask="diagonal"),
         "you computed k @ q.T instead of q @ k.T (the scores are transposed)": run(scale=s, transposed=True),
+        "the softmax is applied twice: the weights, put through a softmax again, give the masked (future) keys a "
+        "weight and flatten the rest; one softmax, of the masked scores": run(scale=s, softmaxes=2),
     }
     if over:
         variants[

@@ -178,7 +178,10 @@ MISTAKES = {
     "T_past + i and must see every key up to it (a one-token query must see all past keys; "
     "F.scaled_dot_product_attention(..., is_causal=True) aligns its mask top-left, so a one-token query sees only key 0: "
     "pass attn_mask instead)",
-    "no-mask": "the new queries see every key, their own future included: keep the causal mask, offset by T_past",
+    "no-mask": "the new queries see every key, their own future included: is the causal mask missing, or offset by "
+    "T_total where it is T_past (T_past read after the concatenation, when k.shape[2] is already T_past + T_new)? "
+    "Keep the causal mask, offset by T_past",
+    "returns-v-k": "the cache came back as (v, k): the next call takes cache[0] for the keys; return (k, v)",
     "cache-ignored": "the cache was not used: the new queries attend only to the new keys; put the cached keys and values in "
     "front of the new ones",
     "new-first": "the new keys and values went before the cached ones: concatenate the past first, [cache[0], k], so that "
@@ -220,7 +223,7 @@ def _judge(with_kv: bool, name: str, cases):
             output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
             got = torch.cat(run["outs"], dim=1)
             if not close(expected, got, tol, tol):
-                flavours = ["mask-not-offset", "no-mask", "cache-ignored", "new-first", "sqrt-C", "v-from-k-cache",
+                flavours = ["mask-not-offset", "no-mask", "returns-v-k", "cache-ignored", "new-first", "sqrt-C", "v-from-k-cache",
                             "k-from-v-cache", "values-are-keys"]
                 if with_kv and nh != n_kv:
                     flavours.insert(0, "tiled")
@@ -228,8 +231,8 @@ def _judge(with_kv: bool, name: str, cases):
                 label = identify(got, variants, tol, tol) if steady(run, got, tol) else None
                 first = chunks[0]  # a mistake that shows only from the second call:
                 if label is None and len(chunks) > 1 and steady(run, got, tol) and close(expected[:, :first], got[:, :first], tol, tol):
-                    label = ("the first call (no cache) is right but the later ones are not: the cached "
-                             "positions or the mask's offset are used wrongly")
+                    label = ("the first call (no cache) is right but the later ones are not: is what a later call "
+                             "takes from the cache given back, or the mask's offset, wrong?")
                 if label:
                     raise CheckFailed(f"{what}: {label}. Evidence: {first_mismatch(expected, got, tol, tol)}.")
                 raise CheckFailed(explain_mismatch(expected, got, what=what, atol=tol, rtol=tol, axes=("B", "T", "C"),

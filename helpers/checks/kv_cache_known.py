@@ -31,7 +31,7 @@ def attend_step(weights: dict, xc, cache, nh: int, n_kv: int, flavour: str = "ri
     ``cache-ignored``, ``new-first`` (new keys before the cached ones), ``sqrt-C`` (scaled by sqrt(C)),
     ``tiled`` (key-value heads repeated with ``repeat`` instead of ``repeat_interleave``), ``v-from-k-cache``
     and ``k-from-v-cache`` (one cache grown from the other's past), ``values-are-keys`` (the keys weighted in
-    place of the values)."""
+    place of the values), ``returns-v-k`` (the cache handed back as (v, k))."""
     (B, T_new, C), hs = xc.shape, weights["query.weight"].shape[0] // nh
     q = (xc @ weights["query.weight"].T).view(B, T_new, nh, hs).transpose(1, 2)  # (B, nh, T_new, hs)
     k = (xc @ weights["key.weight"].T).view(B, T_new, n_kv, hs).transpose(1, 2)  # (B, n_kv, T_new, hs)
@@ -52,7 +52,7 @@ def attend_step(weights: dict, xc, cache, nh: int, n_kv: int, flavour: str = "ri
     scale = math.sqrt(C if flavour == "sqrt-C" else hs)
     scores = (q @ k_all.transpose(-2, -1) / scale).masked_fill(~mask, float("-inf"))  # (B, nh, T_new, T_total)
     out = (torch.softmax(scores, dim=-1) @ v_all).transpose(1, 2).reshape(B, T_new, nh * hs)  # (B, T_new, nh*hs)
-    return out @ weights["to_output.weight"].T, (k, v)  # (B, T_new, C)
+    return out @ weights["to_output.weight"].T, ((v, k) if flavour == "returns-v-k" else (k, v))  # (B, T_new, C)
 
 
 def chained(weights: dict, x: torch.Tensor, chunks: list[int], nh: int, n_kv: int | None = None,

@@ -119,6 +119,9 @@ def csa_variants(weights, x, nh: int, hs: int, got=None) -> dict[str, torch.Tens
     def split_view(t):
         return t.reshape(B, nh, T, hs)  # the classic bug: right shape, wrong values
 
+    def split_swapped(t):  # view(B, T, hs, nh).transpose(1, 2): hs "heads" of nh features
+        return t.reshape(B, T, hs, nh).transpose(1, 2)
+
     def split_hs_nh(t):
         return t.reshape(B, T, hs, nh).permute(0, 3, 1, 2)
 
@@ -153,6 +156,8 @@ def csa_variants(weights, x, nh: int, hs: int, got=None) -> dict[str, torch.Tens
         "Split as (B, T, nh, hs) then .transpose(1, 2); merge with .transpose(1, 2) then reshape": run(
             split=split_view, merge=merge_view
         ),
+        f"you viewed the projections as (B, T, hs, nh) = (B, T, {hs}, {nh}), head_dim and n_heads swapped: that makes "
+        f"{hs} heads of {nh} features; view as (B, T, nh, hs), then .transpose(1, 2)": run(split=split_swapped),
         "you split the last dimension as (hs, nh) instead of (nh, hs): head h must use the consecutive "
         "features h*hs:(h+1)*hs, not every nh-th one": run(split=split_hs_nh),
         "you split and merged the last dimension as (hs, nh) instead of (nh, hs): head h must use the "

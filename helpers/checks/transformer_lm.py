@@ -259,9 +259,9 @@ def _judge_lm(cases):
                 missed = "index out of range" in long["error"]  # the position lookup itself failed
                 raise CheckFailed(
                     f"{here}: " + (f"no length check stopped it before the embedding lookups, so the lookup failed "
-                                   f"(is the check missing, does it compare something other than T = input_ids.shape[-1] "
-                                   f"= {L} (the batch size?) with config.max_len = {cfg.max_len}, or does it come after "
-                                   "the lookups?); " if missed else "")
+                                   f"(is the check missing, does it compare two other numbers than T = input_ids.shape[-1] "
+                                   f"= {L} and config.max_len = {cfg.max_len} (the batch size, n_vocab?), or does it come "
+                                   "after the lookups?); " if missed else "")
                     + f"check the length yourself before the lookup and raise a ValueError that names both lengths "
                     f"({L} and {cfg.max_len}), so the user knows what went wrong. What it raised instead: {long['error']}"
                 )
