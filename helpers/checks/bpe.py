@@ -235,7 +235,8 @@ def train_variants(case):
         "the dict records merge r under 256 + r, but the ids are merged with 256 every time: the id written into "
         "the ids must be the one recorded, merge(ids, pair, 256 + r)": train_known(text, n, merged_as=lambda r: 256),
         "the pairs were counted once, on the bytes: count again after every merge, on the merged ids": {p: 256 + r for r, p in enumerate(once)},
-        "the ids were not updated after a merge (ids = merge(ids, pair, new_id)), so the same pair won every round": {once[0]: 255 + n} if once else {},
+        "the same pair won every round: each round must count the pairs of the ids as merged so far (were the ids "
+        "not updated after a merge, ids = merge(ids, pair, new_id), or the pairs counted once before the loop?)": {once[0]: 255 + n} if once else {},
         "you took the largest pair (max(counts) compares the pairs themselves), not the most frequent: max(counts, key=counts.get)": train_known(text, n, pick=max),
     }
 

@@ -73,6 +73,15 @@ def layer_norm_variants(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: 
         f"sqrt(C) = {math.sqrt(C):.3g} times the standard deviation: LayerNorm divides by the square root "
         "of their mean": affine(centred / (centred.norm(dim=-1, keepdim=True) + eps)),
     }
+    for d in range(x.dim() - 1):  # one statistic over another axis than the features (both: a rule of its own)
+        across = f"dim={d if d == 0 and x.dim() == 3 else d - x.dim()}, across the {'batch' if d == 0 and x.dim() == 3 else 'positions'}"
+        m_d, v_d = x.mean(dim=d, keepdim=True), x.var(dim=d, keepdim=True, correction=0)
+        variants[f"the mean is taken over {across}, not over the features (dim=-1); the variance is right"] = affine(
+            (x - m_d) / (var + eps).sqrt())
+        variants[f"the mean is taken over {across}, not over the features (dim=-1), and the variance around that "
+                 "mean"] = affine((x - m_d) / ((x - m_d).pow(2).mean(dim=-1, keepdim=True) + eps).sqrt())
+        variants[f"the variance is taken over {across}, not over the features (dim=-1); the mean is right"] = affine(
+            centred / (v_d + eps).sqrt())
     if eps != DEFAULT_EPS:
         variants[
             f"you ignored self.eps: this LayerNorm was built with eps={eps:g}, but you used "
