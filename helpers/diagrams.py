@@ -427,3 +427,71 @@ def draw_rotation(theta: float, query_position: int, key_position: int, shift: i
 
 
 __all__ += ["draw_kv_cache", "draw_rotation"]
+
+
+def block_parameters(config: Any) -> dict[str, int]:
+    """Trainable parameters of one block of lesson 11's ``modern_lm(config)``, from the sizes alone:
+    ``norm`` (each of the two), ``attention``, ``feed_forward`` and ``block``. LayerNorm has a weight
+    and a bias, RMSNorm a weight; grouped-query attention's key and value maps have ``n_kv_heads``
+    heads; SwiGLU has three bias-free matrices, lesson 02's MLP two with biases."""
+    C, H = config.emb_dim, config.n_hidden
+    nh, hs = config.n_heads, config.head_dim
+    n_kv = getattr(config, "n_kv_heads", 0) or nh
+    bias = getattr(config, "attn_bias", False)
+    counts = {
+        "norm": C if getattr(config, "norm", "layer") == "rms" else 2 * C,
+        # query and to_output (C <-> nh·hs), key and value (C -> n_kv·hs); their biases when attn_bias
+        "attention": 2 * C * nh * hs + 2 * C * n_kv * hs + ((nh + 2 * n_kv) * hs + C if bias else 0),
+        "feed_forward": 3 * C * H if getattr(config, "mlp", "mlp") == "swiglu" else 2 * C * H + H + C,
+    }
+    counts["block"] = 2 * counts["norm"] + counts["attention"] + counts["feed_forward"]
+    return counts
+
+
+def _block_column(ax, x: float, config: Any, title: str) -> None:
+    """One pre-norm block of ``config`` drawn in a column centred at ``x``, top to bottom."""
+    p = block_parameters(config)
+    C, H, nh, hs = config.emb_dim, config.n_hidden, config.n_heads, config.head_dim
+    n_kv = getattr(config, "n_kv_heads", 0) or nh
+    rms = getattr(config, "norm", "layer") == "rms"
+    rope = getattr(config, "positions", "learned") == "rope"
+    norm = ("RMSNorm" if rms else "LayerNorm", f"x / rms(x) · weight: {p['norm']}" if rms
+            else f"(x − mean) / std · weight + bias: {p['norm']}")
+    heads = f"{nh} query heads, {n_kv} key/value head{'s' * (n_kv > 1)}" if n_kv != nh else f"{nh} heads"
+    attention = ("causal attention", f"{heads} of hs={hs}\n" + ("RoPE turns queries and keys" if rope else
+                 "positions were added to the input") + ("; biases" if getattr(config, "attn_bias", False) else
+                 "; no biases") + f"\n{p['attention']:,} parameters", ATTENTION_COLOUR)
+    activation = {"gelu_tanh": "GELU", "relu": "ReLU"}.get(getattr(config, "activation", "relu"), "ReLU")
+    if getattr(config, "mlp", "mlp") == "swiglu":
+        feed = ("SwiGLU", f"down(silu(gate(x)) · up(x)), C={C} → H={H} → C\n{p['feed_forward']:,} parameters, no biases", MLP_COLOUR)
+    else:
+        feed = ("MLP", f"C={C} → H={H} → C, {activation} between\n{p['feed_forward']:,} parameters, with biases", MLP_COLOUR)
+    ax.text(x, 9.6, title, ha="center", va="center", fontsize=12, fontweight="bold")
+    ax.text(x, 9.15, f"{p['block']:,} parameters per block", ha="center", va="center", fontsize=9.5)
+    _arrow(ax, (x, 8.85), (x, 8.35), f"(B, T, C={C})")
+    for y0, (name, detail), (big, more, colour) in ((8.1, norm, attention), (4.4, norm, feed)):
+        _box(ax, x, y0, 3.6, 0.5, name, colour=NORM_COLOUR)
+        ax.text(x, y0 - 0.42, detail + " parameters", ha="center", va="center", fontsize=8.5)
+        _arrow(ax, (x, y0 - 0.6), (x, y0 - 0.95))
+        _box(ax, x, y0 - 1.55, 4.2, 1.1, big, more, colour)
+        _plus(ax, x, y0 - 2.55)
+        _arrow(ax, (x, y0 - 2.1), (x, y0 - 2.38))
+        ax.plot([x, x - 2.45, x - 2.45], [y0 + 0.35, y0 + 0.35, y0 - 2.55], color="#1d3f6e", linewidth=1.4)
+        _arrow(ax, (x - 2.45, y0 - 2.55), (x - 0.17, y0 - 2.55), colour="#1d3f6e")
+    _arrow(ax, (x, 8.1 - 2.72), (x, 4.4 + 0.25))
+    _arrow(ax, (x, 4.4 - 2.72), (x, 0.95), f"(B, T, C={C})")
+
+
+def draw_block_pair(before: Any, after: Any, ax=None, titles=("GPT-2-style block", "Llama-style block")):
+    """Two pre-norm blocks side by side, ``before`` on the left and ``after`` on the right (lesson
+    11: GPT-2's and Llama's), each with its norms, attention (heads, key/value heads, where the
+    positions enter) and feed-forward, and the parameter count of every part (``block_parameters``)
+    computed from the two configurations; returns (fig, ax)."""
+    fig, ax = _new_axes(ax, (13, 7.5))
+    ax.set_xlim(0, 13)
+    ax.set_ylim(0.6, 10)
+    ax.set_axis_off()
+    _block_column(ax, 3.4, before, titles[0])
+    _block_column(ax, 9.8, after, titles[1])
+    ax.set_title("One block before and after: what changes from GPT-2 to Llama", fontsize=12)
+    return fig, ax

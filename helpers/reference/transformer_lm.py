@@ -45,6 +45,12 @@ class Config:
     attn_bias: bool = False  # biases in attention's query, key, value and output maps (GPT-2's; lesson 10)
     activation: str = "relu"  # the MLP's nonlinearity: "relu", or GPT-2's "gelu_tanh" (lesson 10)
     dropout: float = 0.0  # dropout on each sub-layer's output while training (GPT-1 used 0.1)
+    norm: str = "layer"  # the blocks' norms: "layer" (LayerNorm), or Llama's "rms" (RMSNorm; lesson 11)
+    mlp: str = "mlp"  # the feed-forward: "mlp" (lesson 02's), or Llama's gated "swiglu" (lesson 11)
+    positions: str = "learned"  # "learned" (pos_to_embedding), or "rope": rotary, inside attention (lesson 11)
+    n_kv_heads: int = 0  # key/value heads of grouped-query attention (lessons 09, 11); 0: one per query head
+    rope_base: float = 10000.0  # RoPE's base: the slowest pair turns by position * base ** (-(hs - 2) / hs)
+    norm_eps: float = 1e-5  # the RMSNorms' epsilon (lesson 11); the LayerNorms keep their own 1e-5
 
 
 def gpt2_options(block: nn.Module, config: Config) -> None:
