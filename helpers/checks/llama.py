@@ -66,10 +66,10 @@ def _known_good_parts(fn):
 # modern_options(block, config): a lesson-05 TransformerBlock made Llama-shaped, in place
 
 # (seed, B, T, C, nh, n_kv, H, norm_eps, rope_base, modern, dtype); modern False: the defaults
-OPTION_CASES = [(130, 2, 6, 12, 4, 2, 20, 0.05, 50.0, True, torch.float64),
-                (131, 2, 5, 10, 2, 0, 14, 1e-5, 10000.0, False, torch.float64)]
-OPTION_HIDDEN_CASES = [(132, 3, 7, 18, 6, 1, 26, 0.02, 30.0, True, torch.float64),
-                       (133, 2, 4, 16, 4, 4, 22, 1e-5, 500.0, True, torch.float32)]
+OPTION_CASES = [(130, 3, 5, 24, 4, 2, 20, 0.05, 50.0, True, torch.float64),
+                (131, 3, 4, 10, 2, 0, 14, 1e-5, 10000.0, False, torch.float64)]
+OPTION_HIDDEN_CASES = [(132, 2, 7, 48, 6, 3, 26, 0.02, 30.0, True, torch.float64),
+                       (133, 3, 4, 20, 2, 2, 22, 1e-5, 500.0, True, torch.float32)]
 
 
 def _option_config(case):
@@ -223,9 +223,9 @@ check_modern_options, check_modern_options_hidden = visible_and_hidden(
 # load_llama_state_dict(model, state_dict): LlamaForCausalLM's names onto the course's modules
 
 # (seed, V, C, L, nh, n_kv, H, tie, B, T, dtype)
-LOAD_CASES = [(140, 23, 12, 2, 4, 2, 20, False, 2, 7, torch.float64)]
-LOAD_HIDDEN_CASES = [(141, 31, 18, 3, 6, 3, 26, False, 3, 5, torch.float64),
-                     (142, 19, 16, 1, 4, 1, 22, True, 2, 6, torch.float32)]
+LOAD_CASES = [(140, 23, 24, 2, 4, 2, 20, False, 3, 7, torch.float64)]
+LOAD_HIDDEN_CASES = [(141, 31, 40, 3, 4, 1, 26, False, 2, 5, torch.float64),
+                     (142, 19, 24, 1, 6, 2, 22, True, 3, 5, torch.float32)]
 
 
 def _load_config(case):

@@ -63,6 +63,8 @@ class RotaryGroupedAttention(nn.Module):
         super().__init__()
         if n_heads % n_kv_heads != 0:
             raise ValueError(f"n_kv_heads = {n_kv_heads} must divide n_heads = {n_heads}")
+        if rope_base is not None and head_dim % 2:
+            raise ValueError(f"RoPE turns pairs of features: head_dim = {head_dim} must be even")
         self.head_dim, self.n_heads, self.n_kv_heads, self.rope_base = head_dim, n_heads, n_kv_heads, rope_base
         self.query = nn.Linear(emb_dim, n_heads * head_dim, bias=False)
         self.key = nn.Linear(emb_dim, n_kv_heads * head_dim, bias=False)
@@ -167,3 +169,22 @@ def load_llama_state_dict(model: TransformerLM, state_dict: dict[str, torch.Tens
     if not model.config.tie_weights:
         model.lm_head.weight.copy_(state_dict["lm_head.weight"])  # (V, C): its own matrix
     return model
+
+
+def config_from_llama_json(hf: dict) -> Config:
+    """The course's Config of a LlamaForCausalLM, from its config.json (read as a dict).
+
+    Hugging Face's fields: vocab_size, max_position_embeddings, hidden_size, intermediate_size,
+    num_attention_heads, num_key_value_heads, head_dim (when not hidden_size // heads),
+    num_hidden_layers, tie_word_embeddings, rms_norm_eps, and RoPE's base as rope_theta (older
+    files) or rope_parameters["rope_theta"] (newer ones).
+    """
+    n_heads = hf["num_attention_heads"]
+    rope = hf.get("rope_parameters") or {}
+    return Config(
+        n_vocab=hf["vocab_size"], max_len=hf["max_position_embeddings"], emb_dim=hf["hidden_size"],
+        n_hidden=hf["intermediate_size"], head_dim=hf.get("head_dim") or hf["hidden_size"] // n_heads,
+        n_heads=n_heads, n_layers=hf["num_hidden_layers"], tie_weights=hf.get("tie_word_embeddings", False),
+        norm="rms", mlp="swiglu", positions="rope", n_kv_heads=hf.get("num_key_value_heads") or n_heads,
+        rope_base=rope.get("rope_theta", hf.get("rope_theta", 10000.0)), norm_eps=hf.get("rms_norm_eps", 1e-6),
+    )
