@@ -9,7 +9,12 @@ import pytest
 import torch
 from harness import CatalogueTests, catalogue
 
-from helpers.checks.llama_format import known_good_modern_lm, llama_config, llama_format_checkpoint, llama_sublayer_outputs
+from helpers.checks.llama_format import (
+    known_good_modern_lm,
+    llama_config,
+    llama_format_checkpoint,
+    llama_sublayer_outputs,
+)
 from helpers.diagrams import block_parameters, draw_block_pair
 from helpers.reference import modern_block as ref
 from helpers.reference.transformer_lm import Config, TransformerLM

@@ -41,7 +41,7 @@ def hf_llama(V, C, L, nh, n_kv, H, P, tied, seed=0):
     )
     model = transformers.LlamaForCausalLM(config).eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.normal_(1, 0.3)
             else:

@@ -41,7 +41,7 @@ from helpers.checks.verdict import tolerance
 from helpers.reference import modern_block as ref
 from helpers.reference import transformer_layer, transformer_lm
 
-__all__ = ["check_load_llama", "check_modern_options"]
+__all__ = ["check_load_llama", "check_modern_options", "llama_config", "llama_format_checkpoint", "llama_sublayer_outputs"]
 
 PARTS = {"RMSNorm": KnownGoodRMSNorm, "SwiGLU": KnownGoodSwiGLU, "RotaryGroupedAttention": KnownGoodRotaryAttention}
 
