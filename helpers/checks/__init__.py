@@ -27,5 +27,5 @@ LESSON_CHECKS: dict[str, tuple[str, ...]] = {
     "08-generation": ("sample_next", "sampling_filters"),
     "09-fast-generation": ("batch_mask", "cached_generation", "kv_cache", "rope"),
     "10-gpt2": ("bpe", "bpe_text", "gpt2"),
-    "11-modern-block": ("llama", "modern_block"),
+    "11-modern-block": ("llama", "modern_block", "modern_options"),
 }

@@ -1,18 +1,16 @@
-"""Checks for lesson 11 (a modern block), exercises 3 and 4: the block made modern by configuration
-(``modern_options``) and Llama's checkpoint loaded into the course's model (``load_llama_state_dict``).
+"""Checks for lesson 11 (a modern block), exercise 4: Llama's checkpoint loaded into the course's
+model (``load_llama_state_dict``).
 
 Shape legend: B batch, T time, C embedding size, V vocabulary, nh query heads, n_kv key/value heads,
-hs head size, H the feed-forward's hidden size, L layers. The probes build lesson 05's block and
-lesson 06's model (earlier lessons: importable while grading) and this lesson's parts from
-``llama_format``'s known-good versions, so that a mistake in exercise 1 or 2 costs nothing here.
+hs head size, H the feed-forward's hidden size, L layers. The probe builds lesson 06's model (an
+earlier lesson: importable while grading) made modern with ``llama_format``'s known-good parts, so
+that a mistake in exercises 1 to 3 costs nothing here; the judge loads the same checkpoint with the
+reference and compares every sub-layer's output in order.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import re
-from contextlib import contextmanager
 
 import torch
 
@@ -22,16 +20,12 @@ from helpers.checks.core import (
     describe,
     expect_callable,
     first_mismatch,
-    identify,
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import case_sizes, explain_mismatch
+from helpers.checks.diagnose import explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.llama_format import (
-    KnownGoodRMSNorm,
-    KnownGoodRotaryAttention,
-    KnownGoodSwiGLU,
     known_good_modern_lm,
     llama_config,
     llama_format_checkpoint,
@@ -39,185 +33,8 @@ from helpers.checks.llama_format import (
 )
 from helpers.checks.verdict import tolerance
 from helpers.reference import modern_block as ref
-from helpers.reference import transformer_layer, transformer_lm
 
-__all__ = ["check_load_llama", "check_modern_options", "llama_config", "llama_format_checkpoint", "llama_sublayer_outputs"]
-
-PARTS = {"RMSNorm": KnownGoodRMSNorm, "SwiGLU": KnownGoodSwiGLU, "RotaryGroupedAttention": KnownGoodRotaryAttention}
-
-
-@contextmanager
-def _known_good_parts(fn):
-    """The known-good RMSNorm, SwiGLU and RotaryGroupedAttention under their names in the namespace
-    ``fn`` reads, while it runs; the student's own are put back after."""
-    scope = getattr(inspect.unwrap(fn), "__globals__", None)
-    scope = scope if isinstance(scope, dict) and not scope.get("__name__", "").startswith("torch") else {}
-    saved = {name: scope[name] for name in PARTS if name in scope}
-    scope.update(PARTS)
-    try:
-        yield
-    finally:
-        for name in PARTS:
-            scope.pop(name, None)
-        scope.update(saved)
-
-
-# ---------------------------------------------------------------------------------------------
-# modern_options(block, config): a lesson-05 TransformerBlock made Llama-shaped, in place
-
-# (seed, B, T, C, nh, n_kv, H, norm_eps, rope_base, modern, dtype); modern False: the defaults
-OPTION_CASES = [(130, 3, 5, 24, 4, 2, 20, 0.05, 50.0, True, torch.float64),
-                (131, 3, 4, 10, 2, 0, 14, 1e-5, 10000.0, False, torch.float64)]
-OPTION_HIDDEN_CASES = [(132, 2, 7, 48, 6, 3, 26, 0.02, 30.0, True, torch.float64),
-                       (133, 3, 4, 20, 2, 2, 22, 1e-5, 500.0, True, torch.float32)]
-
-
-def _option_config(case):
-    seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
-    if not modern:
-        return transformer_lm.Config(emb_dim=C, n_hidden=H, head_dim=C // nh, n_heads=nh)
-    return llama_config(29, C, 1, nh, n_kv, H, norm_eps=eps, rope_base=base)
-
-
-def _option_text(case) -> str:
-    seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
-    if not modern:
-        return f"modern_options(block, config) with the defaults (norm='layer', mlp='mlp', positions='learned', n_kv_heads=0; C={C}, nh={nh})"
-    return (f"modern_options(block, config) with norm='rms', mlp='swiglu', positions='rope', C={C}, nh={nh}, "
-            f"n_kv_heads={n_kv}, n_hidden={H}, norm_eps={eps:g}, rope_base={base:g}, on x of shape ({B}, {T}, {C}) ({str(dtype)[6:]})")
-
-
-def _block(case):
-    seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
-    torch.manual_seed(seed)
-    return transformer_layer.TransformerBlock(C, C // nh, nh, H)
-
-
-def _block_weights(shapes: dict, seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed + 300)
-    return {n: (1 + 0.3 * torch.randn(s, generator=g, dtype=torch.float64)) if len(s) == 1
-            else torch.randn(s, generator=g, dtype=torch.float64) / s[1] ** 0.5 for n, s in sorted(shapes.items())}
-
-
-def _shapes(block) -> dict[str, tuple]:
-    return {n: tuple(p.shape) for n, p in block.named_parameters()}
-
-
-def _probe_options(cases):
-    def probe(modern_options) -> dict:
-        expect_callable(modern_options, "modern_options")
-        found = []
-        for case in cases:
-            seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
-            block = _block(case)
-            with case_sizes({"B": B, "T": T, "C": C, "nh": nh, "H": H}):
-                try:
-                    with _known_good_parts(modern_options):
-                        modern_options(block, _option_config(case))
-                except Exception as exc:  # noqa: BLE001 - the error is evidence
-                    found.append(caught(exc))
-                    continue
-            shapes = _shapes(block)
-            run = {"shapes": {n: list(s) for n, s in shapes.items()}}
-            x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64).to(dtype)
-            weights = _block_weights(shapes, seed)
-            try:
-                block = block.to(dtype)
-                with torch.no_grad():
-                    for n, p in block.named_parameters():
-                        p.copy_(weights[n])
-                    run["out"] = block(x)
-            except Exception as exc:  # noqa: BLE001 - the error is evidence
-                run.update(caught(exc))
-            found.append(run)
-        return {"runs": found}
-
-    return probe
-
-
-def _reference_block(case, **changes):
-    config = dataclasses.replace(_option_config(case), **changes)
-    block = _block(case)
-    ref.modern_options(block, config)
-    return block
-
-
-def _layout_told(got: dict, want: dict, case) -> str:
-    """Which part of the block has the wrong parameters, from their names and shapes."""
-    seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
-    hs = C // nh
-    extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
-    if not modern:
-        return ("with the defaults nothing may change: the block keeps lesson 05's LayerNorms, attention and MLP "
-                f"(the config asks for norm='layer', mlp='mlp', positions='learned', n_kv_heads=0); it now has {sorted(got)}")
-    found = []
-    for norm in ("norm_before_attn", "norm_before_mlp"):
-        if f"{norm}.bias" in got:
-            found.append(f"{norm} is still a LayerNorm (it has a bias): norm='rms' makes both norms RMSNorm(C, eps=config.norm_eps)")
-    if "mlp.model.0.weight" in got:
-        found.append("the feed-forward is still lesson 02's MLP (mlp.model.0): mlp='swiglu' makes it SwiGLU(C, config.n_hidden)")
-    elif "mlp.gate.weight" in got and got["mlp.gate.weight"] != want["mlp.gate.weight"]:
-        found.append(f"SwiGLU's hidden size is {got['mlp.gate.weight'][0]}, not config.n_hidden = {H}")
-    key = got.get("attention.key.weight")
-    if key and key != want["attention.key.weight"]:
-        heads = key[0] // hs if key[0] % hs == 0 else None
-        found.append(f"attention.key.weight has shape {tuple(key)}: {heads} key/value heads" + (
-            f" where config.n_kv_heads = {n_kv}: pass it to RotaryGroupedAttention" if heads == nh else "") if heads else
-            f"attention.key.weight has shape {tuple(key)}, expected {want['attention.key.weight']}")
-    if any(n.startswith("attention.") and n.endswith(".bias") for n in got):
-        found.append("the attention's maps have biases: Llama's have none")
-    if found:
-        return "; ".join(found)
-    return f"its parameters differ from the reference's: extra {extra or 'none'}, missing {missing or 'none'}"
-
-
-def _judge_options(cases):
-    def judge(data: dict) -> str:
-        for case, run in zip(cases, runs(data, len(cases)), strict=True):
-            seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
-            what = _option_text(case)
-            raise_caught(what, run if "shapes" not in run else {})
-            block = _reference_block(case)
-            want = _shapes(block)
-            got = {n: tuple(s) for n, s in (run.get("shapes") or {}).items()}
-            if got != want:
-                raise CheckFailed(f"{what}: {_layout_told(got, want, case)}.")
-            raise_caught(what + ", then the block's forward", run)
-            x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64).to(dtype)
-            weights = _block_weights(want, seed)
-
-            def output(b, weights=weights, x=x):
-                b = b.double()
-                with torch.no_grad():
-                    for n, p in b.named_parameters():
-                        p.copy_(weights[n])
-                    return b(x.double())
-
-            expected, out, tol = output(block), run.get("out"), tolerance(dtype)
-            if isinstance(out, torch.Tensor) and out.shape == expected.shape and close(expected, out, tol, tol):
-                continue
-            if not isinstance(out, torch.Tensor) or out.shape != expected.shape:
-                raise CheckFailed(f"{what}: the block returned {describe(out)}, expected shape {tuple(expected.shape)}.")
-            variants = {
-                f"the RMSNorms use their own default eps (1e-06), not config.norm_eps = {eps:g}": dict(norm_eps=1e-6),
-                f"RoPE turns by RotaryGroupedAttention's default base 10000, not config.rope_base = {base:g}": dict(rope_base=10000.0),
-                "the queries and keys are not rotated: positions='rope' asks for RoPE (pass config.rope_base, not None)":
-                    dict(positions="learned"),
-            }
-            label = identify(out, {k: output(_reference_block(case, **v)) for k, v in variants.items()
-                                   if dataclasses.replace(_option_config(case), **v) != _option_config(case)}, tol, tol)
-            if label:
-                raise CheckFailed(f"{what}: {label}. Evidence: {first_mismatch(expected, out, tol, tol)}.")
-            raise CheckFailed(explain_mismatch(expected, out, what=f"{what}: its parameters have the right names and shapes, "
-                                               "but the block's output", atol=tol, rtol=tol, dtype=dtype))
-        return ("modern_options: RMSNorms with config.norm_eps, rotary grouped-query attention with config.n_kv_heads and "
-                "config.rope_base, SwiGLU of config.n_hidden; the block's outputs match the reference; the defaults change nothing.")
-
-    return judge
-
-
-check_modern_options, check_modern_options_hidden = visible_and_hidden(
-    "check_modern_options", _probe_options, _judge_options, OPTION_CASES, OPTION_HIDDEN_CASES)
+__all__ = ["check_load_llama", "llama_config", "llama_format_checkpoint", "llama_sublayer_outputs"]
 
 # ---------------------------------------------------------------------------------------------
 # load_llama_state_dict(model, state_dict): LlamaForCausalLM's names onto the course's modules

@@ -117,6 +117,8 @@ def rms_variants(x: torch.Tensor, w: torch.Tensor, eps: float) -> dict[str, torc
         "you multiplied by the root mean square instead of dividing by it": x * torch.sqrt(ms + eps) * w,
         "you averaged the absolute values, mean(|x|), where RMSNorm averages the squares": x * torch.rsqrt(x.abs().mean(-1, keepdim=True) + eps) * w,
         "the learned scale weight is not applied": x * torch.rsqrt(ms + eps),
+        "eps is missing: divide by sqrt(mean(x^2) + eps); the eps keeps a position of near-zero features "
+        "from a division by almost nothing": x * torch.rsqrt(ms) * w,
     }
     if x.dim() >= 2:
         over = x.pow(2).mean(dim=-2, keepdim=True)

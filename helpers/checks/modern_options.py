@@ -1,0 +1,237 @@
+"""Checks for lesson 11 (a modern block), exercise 3: a lesson-05 block made modern by its
+configuration (``modern_options``).
+
+Shape legend: B batch, T time, C embedding size, nh query heads, n_kv key/value heads, hs head
+size, H the feed-forward's hidden size. The probe builds lesson 05's block (an earlier lesson:
+importable while grading) and runs the student's function with ``llama_format``'s known-good
+RMSNorm, SwiGLU and RotaryGroupedAttention under those names, so that a mistake in exercise 1 or 2
+costs nothing here. A cause is named only when the reference's block with that change gives the
+student's output (or the parameters' names and shapes show it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from helpers.checks.core import (
+    CheckFailed,
+    close,
+    describe,
+    expect_callable,
+    first_mismatch,
+    identify,
+    runs,
+    visible_and_hidden,
+)
+from helpers.checks.diagnose import case_sizes, explain_mismatch
+from helpers.checks.errors import caught, raise_caught
+from helpers.checks.llama_format import KnownGoodRotaryAttention, known_good_parts, llama_config
+from helpers.checks.verdict import tolerance
+from helpers.reference import modern_block as ref
+from helpers.reference import transformer_layer, transformer_lm
+
+__all__ = ["check_modern_options"]
+
+
+# ---------------------------------------------------------------------------------------------
+# modern_options(block, config): a lesson-05 TransformerBlock made Llama-shaped, in place
+
+# (seed, B, T, C, nh, n_kv, H, norm_eps, rope_base, modern, dtype); modern False: the defaults
+OPTION_CASES = [(130, 3, 5, 24, 4, 2, 20, 0.05, 50.0, True, torch.float64),
+                (131, 3, 4, 10, 2, 0, 14, 1e-5, 10000.0, False, torch.float64)]
+OPTION_HIDDEN_CASES = [(132, 2, 7, 48, 6, 3, 26, 0.02, 30.0, True, torch.float64),
+                       (133, 3, 4, 20, 2, 2, 22, 1e-5, 500.0, True, torch.float32)]
+
+
+def _option_config(case):
+    seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
+    if not modern:
+        return transformer_lm.Config(emb_dim=C, n_hidden=H, head_dim=C // nh, n_heads=nh)
+    return llama_config(29, C, 1, nh, n_kv, H, norm_eps=eps, rope_base=base)
+
+
+def _option_text(case) -> str:
+    seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
+    if not modern:
+        return f"modern_options(block, config) with the defaults (norm='layer', mlp='mlp', positions='learned', n_kv_heads=0; C={C}, nh={nh})"
+    return (f"modern_options(block, config) with norm='rms', mlp='swiglu', positions='rope', C={C}, nh={nh}, "
+            f"n_kv_heads={n_kv}, n_hidden={H}, norm_eps={eps:g}, rope_base={base:g}, on x of shape ({B}, {T}, {C}) ({str(dtype)[6:]})")
+
+
+def _block(case):
+    seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
+    torch.manual_seed(seed)
+    return transformer_layer.TransformerBlock(C, C // nh, nh, H)
+
+
+def _block_weights(shapes: dict, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + 300)
+    return {n: (1 + 0.3 * torch.randn(s, generator=g, dtype=torch.float64)) if len(s) == 1
+            else torch.randn(s, generator=g, dtype=torch.float64) / s[1] ** 0.5 for n, s in sorted(shapes.items())}
+
+
+def _shapes(block) -> dict[str, tuple]:
+    return {n: tuple(p.shape) for n, p in block.named_parameters()}
+
+
+def _facts(block) -> dict:
+    """What the built parts say of themselves: each norm's eps, whether the attention is the
+    course's RotaryGroupedAttention (swapped in while the student's function ran), its base and
+    its key/value heads."""
+    norms = {n: getattr(getattr(block, n, None), "eps", None) for n in ("norm_before_attn", "norm_before_mlp")}
+    attention = getattr(block, "attention", None)
+    base = getattr(attention, "rope_base", "absent")
+    return {"eps": {n: float(v) for n, v in norms.items() if isinstance(v, (int, float))},
+            "rotary": isinstance(attention, KnownGoodRotaryAttention),
+            "rope_base": base if base is None or isinstance(base, (int, float)) else "absent",
+            "n_kv": getattr(attention, "n_kv_heads", None)}
+
+
+def _probe_options(cases):
+    def probe(modern_options) -> dict:
+        expect_callable(modern_options, "modern_options")
+        found = []
+        for case in cases:
+            seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
+            block = _block(case)
+            with case_sizes({"B": B, "T": T, "C": C, "nh": nh, "H": H}):
+                try:
+                    with known_good_parts(modern_options):
+                        modern_options(block, _option_config(case))
+                except Exception as exc:  # noqa: BLE001 - the error is evidence
+                    found.append(caught(exc))
+                    continue
+            shapes = _shapes(block)
+            run = {"shapes": {n: list(s) for n, s in shapes.items()}, **_facts(block)}
+            x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64).to(dtype)
+            weights = _block_weights(shapes, seed)
+            try:
+                block = block.to(dtype)
+                with torch.no_grad():
+                    for n, p in block.named_parameters():
+                        p.copy_(weights[n])
+                    run["out"] = block(x)
+            except Exception as exc:  # noqa: BLE001 - the error is evidence
+                run.update(caught(exc))
+            found.append(run)
+        return {"runs": found}
+
+    return probe
+
+
+def _reference_block(case, eps=None, rope_base="config", plain_attention=False):
+    """The reference's block for the case; ``eps`` ({norm: eps}) and ``rope_base`` put other values
+    into the built parts, ``plain_attention`` keeps lesson 04's attention."""
+    block = _block(case)
+    plain = block.attention
+    ref.modern_options(block, _option_config(case))
+    for name, value in (eps or {}).items():
+        getattr(block, name).eps = value
+    if rope_base != "config":
+        block.attention.rope_base = rope_base
+    if plain_attention:
+        block.attention = plain
+    return block
+
+
+def _layout_told(got: dict, want: dict, case, run: dict) -> str:
+    """Which part of the block has the wrong parameters, from their names and shapes and what the
+    built attention says of itself."""
+    seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
+    extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+    if not modern:
+        return ("with the defaults nothing may change: the block keeps lesson 05's LayerNorms, attention and MLP "
+                f"(the config asks for norm='layer', mlp='mlp', positions='learned', n_kv_heads=0); it now has {sorted(got)}")
+    found = []
+    for norm in ("norm_before_attn", "norm_before_mlp"):
+        if f"{norm}.bias" in got:
+            found.append(f"{norm} is still a LayerNorm (it has a bias): norm='rms' makes both norms RMSNorm(C, eps=config.norm_eps)")
+    if "mlp.model.0.weight" in got:
+        found.append("the feed-forward is still lesson 02's MLP (mlp.model.0): mlp='swiglu' makes it SwiGLU(C, config.n_hidden)")
+    elif "mlp.gate.weight" in got and got["mlp.gate.weight"] != want["mlp.gate.weight"]:
+        found.append(f"SwiGLU's hidden size is {got['mlp.gate.weight'][0]}, not config.n_hidden = {H}")
+    key = got.get("attention.key.weight")
+    if key and key != want["attention.key.weight"]:
+        if run.get("rotary") is False:
+            found.append("the attention was not replaced (it has no rotary base: lesson 04's attention, one key/value head "
+                         "per query head): positions='rope' with n_kv_heads makes it RotaryGroupedAttention")
+        elif run.get("n_kv") == nh:
+            found.append(f"RotaryGroupedAttention was built with {nh} key/value heads, as many as query heads, where "
+                         f"config.n_kv_heads = {n_kv}: pass it")
+        else:
+            found.append(f"attention.key.weight has shape {tuple(key)}, expected {want['attention.key.weight']}")
+    if any(n.startswith("attention.") and n.endswith(".bias") for n in got):
+        found.append("the attention's maps have biases: Llama's have none")
+    if found:
+        return "; ".join(found)
+    return f"its parameters differ from the reference's: extra {extra or 'none'}, missing {missing or 'none'}"
+
+
+def _built_told(case, run: dict) -> list[tuple[str, dict]]:
+    """Candidate causes read from the built parts, each with the reference's change that would
+    reproduce it (named only when it does)."""
+    seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
+    told = []
+    norms = {n: v for n, v in (run.get("eps") or {}).items() if isinstance(v, float) and abs(v - eps) > 1e-12 * eps}
+    if norms:
+        names = " and ".join(norms)
+        values = ", ".join(sorted({f"{v:g}" for v in norms.values()}))
+        default = " (RMSNorm's own default)" if set(norms.values()) == {1e-6} else ""
+        told.append((f"{names} {'were' if len(norms) > 1 else 'was'} built with eps={values}{default}, not "
+                     f"config.norm_eps = {eps:g}", {"eps": norms}))
+    if run.get("rotary") is False:
+        told.append(("the attention was not replaced: it is lesson 04's, without rotary positions, while "
+                     "positions='rope' makes it RotaryGroupedAttention with config.rope_base", {"plain_attention": True}))
+    elif run.get("rope_base") is None:
+        told.append((f"RotaryGroupedAttention was built with rope_base=None: the queries and keys are not rotated, while "
+                     f"positions='rope' asks for RoPE with config.rope_base = {base:g}", {"rope_base": None}))
+    elif isinstance(run.get("rope_base"), float | int) and run["rope_base"] != base:
+        default = " (its own default)" if run["rope_base"] == 10000.0 else ""
+        told.append((f"RotaryGroupedAttention was built with rope_base={run['rope_base']:g}{default}, not config.rope_base "
+                     f"= {base:g}", {"rope_base": float(run["rope_base"])}))
+    return told
+
+
+def _judge_options(cases):
+    def judge(data: dict) -> str:
+        for case, run in zip(cases, runs(data, len(cases)), strict=True):
+            seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
+            what = _option_text(case)
+            raise_caught(what, run if "shapes" not in run else {})
+            block = _reference_block(case)
+            want = _shapes(block)
+            got = {n: tuple(s) for n, s in (run.get("shapes") or {}).items()}
+            if got != want:
+                raise CheckFailed(f"{what}: {_layout_told(got, want, case, run)}.")
+            raise_caught(what + ", then the block's forward", run)
+            x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64).to(dtype)
+            weights = _block_weights(want, seed)
+
+            def output(b, weights=weights, x=x):
+                b = b.double()
+                with torch.no_grad():
+                    for n, p in b.named_parameters():
+                        p.copy_(weights[n])
+                    return b(x.double())
+
+            expected, out, tol = output(block), run.get("out"), tolerance(dtype)
+            if isinstance(out, torch.Tensor) and out.shape == expected.shape and close(expected, out, tol, tol):
+                continue
+            if not isinstance(out, torch.Tensor) or out.shape != expected.shape:
+                raise CheckFailed(f"{what}: the block returned {describe(out)}, expected shape {tuple(expected.shape)}.")
+            told = _built_told(case, run)
+            if told:  # every cause the built parts show, together: named when together they reproduce the output
+                change = {k: v for _, c in told for k, v in c.items()}
+                if identify(out, {"all": output(_reference_block(case, **change))}, tol, tol):
+                    causes = "; ".join(words for words, _ in told)
+                    raise CheckFailed(f"{what}: {causes}. Evidence: {first_mismatch(expected, out, tol, tol)}.")
+            raise CheckFailed(explain_mismatch(expected, out, what=f"{what}: its parameters have the right names and shapes, "
+                                               "but the block's output", atol=tol, rtol=tol, dtype=dtype))
+        return ("modern_options: RMSNorms with config.norm_eps, rotary grouped-query attention with config.n_kv_heads and "
+                "config.rope_base, SwiGLU of config.n_hidden; the block's outputs match the reference; the defaults change nothing.")
+
+    return judge
+
+
+check_modern_options, check_modern_options_hidden = visible_and_hidden(
+    "check_modern_options", _probe_options, _judge_options, OPTION_CASES, OPTION_HIDDEN_CASES)
