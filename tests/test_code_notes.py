@@ -24,7 +24,7 @@ from helpers.checks.diagnose import code_notes as cn
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cell(source: str, name: str) -> dict:
+def _cell(source: str) -> dict:
     """Run ``source`` as a notebook cell does (its lines in linecache); its namespace."""
     filename = f"<cell {abs(hash(source)) % 10**8}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
@@ -34,7 +34,7 @@ def _cell(source: str, name: str) -> dict:
 
 
 def _notes(source: str, name: str, many: bool = True) -> list[str]:
-    namespace = _cell(source, name)
+    namespace = _cell(source)
     saved, cn.MAX_NOTES = cn.MAX_NOTES, 50 if many else cn.MAX_NOTES
     try:
         return cn.code_notes(namespace[name])
@@ -147,7 +147,7 @@ def test_silent_on_every_correct_alternative_of_the_catalogues():
     noisy, read = {}, 0
     for label, source in _alternatives():
         try:
-            namespace = _cell(source, label)
+            namespace = _cell(source)
         except Exception:  # noqa: BLE001 - an answer that needs the notebook's earlier cells: not read here
             continue
         for value in list(namespace.values()):

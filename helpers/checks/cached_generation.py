@@ -110,9 +110,10 @@ def _cached_positions(T0: int, n: int, max_len: int) -> int:
 
 
 def _mistaken(model, ids, n, options, flavour):
-    """What five classic mistakes generate: new tokens at position 0 ("zero"), a cache slid past max_len
+    """What the classic mistakes generate: new tokens at position 0 ("zero"), a cache slid past max_len
     ("slide"), each token sampled from the logits of the input's first position ("first"), the argmax
-    instead of a sample ("greedy"), the
+    instead of a sample ("greedy"), an option not passed on to sample_next ("no-top-k", "no-top-p",
+    "no-temperature"), the
     from-scratch window cut from the start of the text instead of its end ("head"): the ids it
     generates, and how many positions (per layer) its loop computes."""
     max_len = model.config.max_len

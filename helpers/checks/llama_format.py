@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers.checks.rope_known import known_good_rope
 from helpers.reference import transformer_lm
 
 __all__ = ["KnownGoodRMSNorm", "KnownGoodRotaryAttention", "KnownGoodSwiGLU", "NoPositionTable", "known_good_modern_lm",
@@ -54,17 +55,6 @@ class KnownGoodSwiGLU(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))  # (..., H) -> (..., C)
 
 
-def rotate(x: torch.Tensor, base: float) -> torch.Tensor:
-    """Lesson 09's rotary embedding (halves convention) at positions 0 ... T-1; x (..., T, hs)."""
-    T, hs = x.shape[-2], x.shape[-1]
-    half = hs // 2
-    freqs = base ** (-2 * torch.arange(half, dtype=torch.float64) / hs)  # (hs/2,)
-    angles = torch.arange(T, dtype=torch.float64).unsqueeze(-1) * freqs  # (T, hs/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, hs)
-
-
 class KnownGoodRotaryAttention(nn.Module):
     def __init__(self, emb_dim, head_dim, n_heads, n_kv_heads, rope_base=10000.0):
         super().__init__()
@@ -83,7 +73,8 @@ class KnownGoodRotaryAttention(nn.Module):
         k = self.key(x).view(B, T, n_kv, hs).transpose(1, 2)  # (B, T, n_kv*hs) -> (B, n_kv, T, hs)
         v = self.value(x).view(B, T, n_kv, hs).transpose(1, 2)  # (B, T, n_kv*hs) -> (B, n_kv, T, hs)
         if self.rope_base is not None:
-            q, k = rotate(q, self.rope_base), rotate(k, self.rope_base)
+            positions = torch.arange(T)  # lesson 09's rotation (halves convention) at 0 ... T-1
+            q, k = known_good_rope(q, positions, self.rope_base), known_good_rope(k, positions, self.rope_base)
         k = k.repeat_interleave(nh // n_kv, dim=1)  # (B, nh, T, hs)
         v = v.repeat_interleave(nh // n_kv, dim=1)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
