@@ -495,3 +495,34 @@ def draw_block_pair(before: Any, after: Any, ax=None, titles=("GPT-2-style block
     _block_column(ax, 9.8, after, titles[1])
     ax.set_title("One block before and after: what changes from GPT-2 to Llama", fontsize=12)
     return fig, ax
+
+
+__all__ += ["draw_lora"]
+FROZEN_COLOUR = "#e0e0e0"
+ADAPTER_COLOUR = "#f8d7c4"
+
+
+def draw_lora(in_features: int, out_features: int, r: int, alpha: float, ax=None):
+    """A LoRA layer (lesson 12): the frozen weight W on one path, the adapters A and B on the
+    other, their sum; each box with its shape and parameter count, computed from the sizes; the
+    trainable share in the title. Returns (fig, ax)."""
+    fig, ax = _new_axes(ax, (9.6, 5.2))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 7.4)
+    ax.set_axis_off()
+    frozen, trained = in_features * out_features, r * (in_features + out_features)
+    _box(ax, 5, 0.7, 2.4, 0.8, "x", f"(..., {in_features})")
+    _box(ax, 2.6, 3.4, 3.4, 1.2, "W (frozen)", f"({out_features}, {in_features}): {frozen:,} parameters", FROZEN_COLOUR)
+    _box(ax, 7.4, 2.5, 3.2, 1.1, "A (trains)", f"({r}, {in_features}): {r * in_features:,}; starts random", ADAPTER_COLOUR)
+    _box(ax, 7.4, 4.3, 3.2, 1.1, "B (trains)", f"({out_features}, {r}): {r * out_features:,}; starts at 0", ADAPTER_COLOUR)
+    _arrow(ax, (4.4, 1.1), (3.0, 2.8))
+    _arrow(ax, (5.6, 1.1), (7.0, 1.95))
+    _arrow(ax, (7.4, 3.05), (7.4, 3.75), f"(..., {r})")
+    _plus(ax, 5, 5.9)
+    _arrow(ax, (2.6, 4.0), (4.83, 5.83), "base(x)", side="left")
+    _arrow(ax, (7.4, 4.85), (5.17, 5.83), f"× alpha / r = {alpha / r:g}")
+    _arrow(ax, (5, 6.08), (5, 6.62))
+    _box(ax, 5, 6.95, 2.4, 0.6, "y", f"(..., {out_features})")
+    ax.set_title(f"LoRA at rank {r}: {trained:,} trainable parameters beside {frozen:,} frozen ones "
+                 f"({trained / frozen:.1%})", fontsize=11)
+    return fig, ax

@@ -699,3 +699,48 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
                 f"{path}: the vocabulary has {len(vocab)} characters but the model {config.n_vocab} tokens"
             )
     return model, config, vocab
+
+
+#: the character model that lesson 07 trains and later lessons load: nanoGPT's Shakespeare sizes
+COURSE_MODEL_SIZES = dict(max_len=64, emb_dim=128, n_hidden=512, head_dim=32, n_heads=4, n_layers=4)
+
+
+def course_model(data, *, fallback_steps: int = 2000, eval_batches: int = 200, save: bool = True,
+                 saved_by: str = "a lesson", report: Callable[[str], None] = print):
+    """The course's trained character model of ``data``'s text: ``(model, config, vocab, val_loss)``.
+
+    Loaded from ``course_checkpoint_path(data.corpus)`` when that file exists (lesson 07's full run
+    and ``benchmarks/train_shakespeare.py --save`` write it); otherwise trained here with lesson 07's
+    loop for ``fallback_steps`` steps from lesson 07's seed and, with ``save``, saved there for the
+    next run. ``val_loss`` is measured now on ``eval_batches`` validation batches. ``report``
+    receives a line for each thing done (``print`` by default).
+    """
+    from helpers.reference.transformer_lm import Config, TransformerLM
+
+    path = course_checkpoint_path(data.corpus)
+    if path.exists():
+        model, config, vocab = load_checkpoint(path)
+        report(f"loaded the trained model from {path}")
+        val_loss = estimate_loss(model, data.val, batch_size=12, block_size=config.max_len, n_batches=eval_batches)
+    else:
+        report(f"There is no trained model at {path}: lesson 07's full run saves one there. "
+               f"Training the same model here instead, {fallback_steps} steps with lesson 07's loop.")
+        seed_everything(0)  # lesson 07's seed: the same initial weights and the same batches
+        vocab, config = data.vocab, Config(n_vocab=len(data.vocab), **COURSE_MODEL_SIZES)
+        model = TransformerLM(config)
+        log = train(model, data, TrainConfig(steps=fallback_steps, eval_every=0, eval_at_start=False,
+                                             eval_batches=eval_batches))
+        val_loss = float(log.val_loss.iloc[-1])
+        if save:
+            try:
+                save_checkpoint(path, model, config, vocab, extra={"val_loss": val_loss, "steps": fallback_steps,
+                                                                   "saved_by": saved_by, "corpus": data.corpus})
+                report(f"saved it to {path}: the next run loads it")
+            except OSError as error:
+                report(f"could not save it ({error}); the next run will train again")
+    if vocab != data.vocab:
+        raise CheckpointError(f"{path} was trained on another text than {data.corpus}: another vocabulary")
+    return model, config, vocab, val_loss
+
+
+__all__ += ["COURSE_MODEL_SIZES", "course_model"]

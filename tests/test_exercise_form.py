@@ -1,4 +1,4 @@
-"""Lessons 08 to 11 as lessons 01 to 06 are: points that follow the work, hints that climb, a
+"""Lessons 08 to 12 as lessons 01 to 06 are: points that follow the work, hints that climb, a
 "predict, then run" question, and outputs with nothing a student should not have to read.
 
 * Points: an exercise's heading states the points its two test cells give, the first cell's table
@@ -21,7 +21,7 @@ import pytest
 from autograder.course import SOLUTIONS, cell_source, lessons, nbgrader_meta
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSONS = [lesson for lesson in lessons(ROOT, SOLUTIONS) if lesson.assignment[:2] in ("08", "09", "10", "11")]
+LESSONS = [lesson for lesson in lessons(ROOT, SOLUTIONS) if lesson.assignment[:2] in ("08", "09", "10", "11", "12")]
 IDS = [lesson.assignment for lesson in LESSONS]
 
 HEADING = re.compile(r"^### Exercise (\d+) · .*? · (\d+) points? · about (\d+) minutes", re.M)

@@ -28,4 +28,5 @@ LESSON_CHECKS: dict[str, tuple[str, ...]] = {
     "09-fast-generation": ("batch_mask", "cached_generation", "kv_cache", "rope"),
     "10-gpt2": ("bpe", "bpe_text", "gpt2"),
     "11-modern-block": ("llama", "modern_block", "modern_options"),
+    "12-fine-tuning": ("lora", "lora_wrap", "speaker_head"),
 }

@@ -67,6 +67,7 @@ from helpers.plotting.attention import (
     plot_query_key_products,
 )
 from helpers.plotting.charts import plot_bars, plot_series, plot_sublayer_differences
+from helpers.plotting.confusion import confusion_counts, plot_confusion
 from helpers.plotting.losses import plot_loss_curves
 from helpers.plotting.masks import plot_batch_mask, plot_causal_mask
 from helpers.plotting.sampling import plot_tokens_kept
@@ -84,12 +85,14 @@ __all__ = [
     "WEIGHTS_CMAP",
     "WEIGHTS_LABEL",
     "Table",
+    "confusion_counts",
     "plot_attention_grid",
     "plot_attention_weights",
     "plot_bars",
     "plot_batch_mask",
     "plot_bpe_compression",
     "plot_causal_mask",
+    "plot_confusion",
     "plot_head_scores",
     "plot_loss_curves",
     "plot_query_key_products",
