@@ -133,6 +133,11 @@ def _judge_load(cases):
                 head = f"{what}: the first sub-layer that differs is {place}"
                 if not isinstance(have, torch.Tensor) or have.shape != want.shape:
                     raise CheckFailed(f"{head}: it returned {describe(have)}, expected shape {tuple(want.shape)}.")
+                if place == "logits" and case[7] and run.get("tied") is False:
+                    raise CheckFailed(f"{head}: lm_head.weight is no longer word_to_embedding.weight, so the head kept the "
+                                      "table it was built with while the embedding got the checkpoint's (a new tensor put "
+                                      "in the place of one of them breaks the tie); copy into the existing tensors "
+                                      f"(weight.copy_(...)). Evidence: {first_mismatch(want, have, tol, tol)}.")
                 prefix = _PLACES[place.split(" ", 2)[-1] if place.startswith("layer") else place]
                 prefix = prefix.format(i=place.split()[1]) if place.startswith("layer") else prefix
                 wrong = [n for n in expected if n.startswith(prefix) and not (

@@ -39,14 +39,18 @@ __all__ = ["check_modern_options"]
 # (seed, B, T, C, nh, n_kv, H, norm_eps, rope_base, modern, dtype); modern False: the defaults
 OPTION_CASES = [(130, 3, 5, 24, 4, 2, 20, 0.05, 50.0, True, torch.float64),
                 (131, 3, 4, 10, 2, 0, 14, 1e-5, 10000.0, False, torch.float64)]
+# modern "gqa": grouped-query attention alone (n_kv_heads < n_heads, learned positions, LayerNorm, the MLP)
 OPTION_HIDDEN_CASES = [(132, 2, 7, 48, 6, 3, 26, 0.02, 30.0, True, torch.float64),
-                       (133, 3, 4, 20, 2, 2, 22, 1e-5, 500.0, True, torch.float32)]
+                       (133, 3, 4, 20, 2, 2, 22, 1e-5, 500.0, True, torch.float32),
+                       (134, 2, 5, 24, 4, 2, 20, 1e-5, 10000.0, "gqa", torch.float64)]
 
 
 def _option_config(case):
     seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
     if not modern:
         return transformer_lm.Config(emb_dim=C, n_hidden=H, head_dim=C // nh, n_heads=nh)
+    if modern == "gqa":
+        return transformer_lm.Config(emb_dim=C, n_hidden=H, head_dim=C // nh, n_heads=nh, n_kv_heads=n_kv)
     return llama_config(29, C, 1, nh, n_kv, H, norm_eps=eps, rope_base=base)
 
 
@@ -54,6 +58,9 @@ def _option_text(case) -> str:
     seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
     if not modern:
         return f"modern_options(block, config) with the defaults (norm='layer', mlp='mlp', positions='learned', n_kv_heads=0; C={C}, nh={nh})"
+    if modern == "gqa":
+        return (f"modern_options(block, config) with grouped-query attention alone (n_kv_heads={n_kv} for nh={nh}; "
+                f"positions='learned', norm='layer', mlp='mlp'; C={C}), on x of shape ({B}, {T}, {C}) ({str(dtype)[6:]})")
     return (f"modern_options(block, config) with norm='rms', mlp='swiglu', positions='rope', C={C}, nh={nh}, "
             f"n_kv_heads={n_kv}, n_hidden={H}, norm_eps={eps:g}, rope_base={base:g}, on x of shape ({B}, {T}, {C}) ({str(dtype)[6:]})")
 
@@ -144,15 +151,19 @@ def _layout_told(got: dict, want: dict, case, run: dict) -> str:
                 f"(the config asks for norm='layer', mlp='mlp', positions='learned', n_kv_heads=0); it now has {sorted(got)}")
     found = []
     for norm in ("norm_before_attn", "norm_before_mlp"):
-        if f"{norm}.bias" in got:
+        if modern is True and f"{norm}.bias" in got:
             found.append(f"{norm} is still a LayerNorm (it has a bias): norm='rms' makes both norms RMSNorm(C, eps=config.norm_eps)")
-    if "mlp.model.0.weight" in got:
+    if modern is True and "mlp.model.0.weight" in got:
         found.append("the feed-forward is still lesson 02's MLP (mlp.model.0): mlp='swiglu' makes it SwiGLU(C, config.n_hidden)")
     elif "mlp.gate.weight" in got and got["mlp.gate.weight"] != want["mlp.gate.weight"]:
         found.append(f"SwiGLU's hidden size is {got['mlp.gate.weight'][0]}, not config.n_hidden = {H}")
     key = got.get("attention.key.weight")
     if key and key != want["attention.key.weight"]:
-        if run.get("rotary") is False:
+        if run.get("rotary") is False and modern == "gqa":
+            found.append(f"the attention was not replaced (lesson 04's attention, one key/value head per query head): "
+                         f"n_kv_heads = {n_kv}, fewer than the {nh} query heads, makes it RotaryGroupedAttention even with "
+                         "positions='learned' (built with rope_base None: no rotation)")
+        elif run.get("rotary") is False:
             found.append("the attention was not replaced (it has no rotary base: lesson 04's attention, one key/value head "
                          "per query head): positions='rope' with n_kv_heads makes it RotaryGroupedAttention")
         elif run.get("n_kv") == nh:
@@ -179,7 +190,12 @@ def _built_told(case, run: dict) -> list[tuple[str, dict]]:
         default = " (RMSNorm's own default)" if set(norms.values()) == {1e-6} else ""
         told.append((f"{names} {'were' if len(norms) > 1 else 'was'} built with eps={values}{default}, not "
                      f"config.norm_eps = {eps:g}", {"eps": norms}))
-    if run.get("rotary") is False:
+    if modern == "gqa":
+        if isinstance(run.get("rope_base"), float | int):
+            told.append((f"RotaryGroupedAttention was built with rope_base={run['rope_base']:g}, so it rotates the queries "
+                         "and keys, while positions='learned' asks for no rotation (rope_base None): the positions are "
+                         "already in the embeddings", {"rope_base": float(run["rope_base"])}))
+    elif run.get("rotary") is False:
         told.append(("the attention was not replaced: it is lesson 04's, without rotary positions, while "
                      "positions='rope' makes it RotaryGroupedAttention with config.rope_base", {"plain_attention": True}))
     elif run.get("rope_base") is None:

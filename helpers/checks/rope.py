@@ -38,6 +38,9 @@ from helpers.checks.rope_known import known_good_rope, rotary_chained
 from helpers.checks.verdict import load_weights, tolerance
 
 ROPE_MISTAKES = {
+    "float32-angles": "the angles are computed in float32: at position 20000 an angle of thousands of radians keeps "
+    "only about 3 decimals in float32, so the rotation drifts at long contexts; compute the angles in float64 and "
+    "cast the cos and sin to x's dtype",
     "interleaved": "you paired neighbouring features (2i, 2i+1), the interleaved convention; this lesson pairs "
     "feature i with feature i + hs/2 (the halves). Both are rotations, but weights trained with one convention "
     "give wrong scores with the other",
@@ -55,7 +58,8 @@ ROPE_MISTAKES = {
 ROPE_CASES = [("x of shape (2, 3, 7, 6), positions 4 ... 10", (2, 3, 7, 6), 4),
               ("x of shape (5, 8), positions 0 ... 4", (5, 8), 0)]
 ROPE_HIDDEN_CASES = [("x of shape (3, 9, 4) in float32, positions 30 ... 38", (3, 9, 4), 30),
-                     ("x of shape (1, 2, 1, 10), position 57", (1, 2, 1, 10), 57)]
+                     ("x of shape (1, 2, 1, 10), position 57", (1, 2, 1, 10), 57),
+                     ("x of shape (2, 3, 8) in float32, positions 20000 ... 20002", (2, 3, 8), 20000)]
 SHIFT = 11
 OTHER_BASE = 500.0  # a second call with another base: apply_rope(x, positions, base)
 

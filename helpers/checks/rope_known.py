@@ -18,13 +18,16 @@ from helpers.checks.kv_cache_known import causal_with_past
 def known_good_rope(x, positions, base=10000.0, flavour="right", k=2.0):
     """RoPE in the lesson's convention (pair i turns by base ** (-k i / hs) per position); ``flavour``
     names a mistake instead: ``interleaved`` (pairs 2i, 2i+1), ``no-two`` (k = 1), ``ignores-positions``
-    (0 ... T-1), ``growing`` (k = -2), ``backwards`` (turned by minus the angle), ``cos-sin-swapped``."""
+    (0 ... T-1), ``growing`` (k = -2), ``backwards`` (turned by minus the angle), ``cos-sin-swapped``,
+    ``float32-angles`` (the angles computed in float32)."""
     hs = x.shape[-1]
     half = hs // 2
     exponent = (1 if flavour == "no-two" else -2 if flavour == "growing" else k) * torch.arange(half, dtype=torch.float64) / hs
     if flavour == "ignores-positions":
         positions = torch.arange(x.shape[-2])
     angles = positions.to(torch.float64).unsqueeze(-1) * base ** (-exponent)  # (T, hs/2)
+    if flavour == "float32-angles":  # positions and frequencies in float32, as torch.arange gives them by default
+        angles = positions.to(torch.float32).unsqueeze(-1) * (base ** (-exponent)).to(torch.float32)
     angles = -angles if flavour == "backwards" else angles
     cos, sin = (angles.cos().to(x.dtype), angles.sin().to(x.dtype))[:: -1 if flavour == "cos-sin-swapped" else 1]
     if flavour == "interleaved":

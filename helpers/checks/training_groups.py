@@ -208,8 +208,14 @@ def _reading(case: Case, got, expected) -> str:
     if STRANGER in got:
         said.append(f"{len(got[STRANGER])} tensor(s) in your groups are not parameters of the model (a copy, "
                     "or .data): AdamW must get the model's own parameters")
-    if twice:
-        said.append(f"in two groups: {', '.join(twice[:4])}")
+    for n in twice[:4]:
+        decays = sorted({repr(v) for v in got[n]})
+        if len(decays) > 1:
+            said.append(f"{n} is in two groups (weight_decay {' and '.join(decays)})")
+        else:
+            said.append(f"{n} is listed {len(got[n])} times, each time with weight_decay {decays[0]}: AdamW refuses a "
+                        "parameter given twice; take each tensor once (a tied table is held by two modules, so "
+                        "walking the modules' own parameters reaches it twice)")
     missing = [n for n in expected if n not in got]
     if missing:
         said.append(f"in no group: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
