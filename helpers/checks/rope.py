@@ -38,9 +38,9 @@ from helpers.checks.rope_known import known_good_rope, rotary_chained
 from helpers.checks.verdict import load_weights, tolerance
 
 ROPE_MISTAKES = {
-    "float32-angles": "the angles are computed in float32: at position 20000 an angle of thousands of radians keeps "
-    "only about 3 decimals in float32, so the rotation drifts at long contexts; compute the angles in float64 and "
-    "cast the cos and sin to x's dtype",
+    "float32-angles": "the angles are computed at float32 precision: position times frequency keeps about 7 "
+    "significant digits, so at far positions (angles of thousands of radians) the rotation drifts; compute the angles "
+    "in float64 and cast the cos and sin to x's dtype",
     "interleaved": "you paired neighbouring features (2i, 2i+1), the interleaved convention; this lesson pairs "
     "feature i with feature i + hs/2 (the halves). Both are rotations, but weights trained with one convention "
     "give wrong scores with the other",
