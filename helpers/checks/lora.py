@@ -14,6 +14,7 @@ import math
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.checks.core import (
     CheckFailed,
@@ -60,9 +61,28 @@ def _what(n_in, n_out, r, alpha, bias) -> str:
     return f"LoRALinear(nn.Linear({n_in}, {n_out}, bias={bias}), r={r}, alpha={alpha:g})"
 
 
+INPUT = "(input)"
+_PRODUCTS = {"mm", "addmm", "bmm", "matmul", "einsum", "linear"}
+
+
+class _Products(TorchDispatchMode):
+    """The shapes of every matrix product computed while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes: list[list[int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.__name__.split(".")[0] in _PRODUCTS and isinstance(out, torch.Tensor):
+            self.shapes.append(list(out.shape))
+        return out
+
+
 def _grads(module, x) -> dict | str:
-    """Gradients of a fixed weighting of module(x) for every parameter that requires one."""
-    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    """Gradients of a fixed weighting of module(x) for every parameter that requires one, and for x."""
+    x = x.detach().clone().requires_grad_(True)
+    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad] + [(INPUT, x)]
     try:
         with torch.enable_grad():
             out = module(x)
@@ -78,7 +98,7 @@ def _probe_lora(cases):
         expect_module_class(lora_class, "LoRALinear")
         found = []
         for seed, n_in, n_out, r, alpha, bias, lead, dtype in cases:
-            base = _base(seed, n_in, n_out, bias)
+            base = _base(seed, n_in, n_out, bias).to(dtype)  # the layer as trained, in the case's dtype
             weight = base.weight.detach().clone()
             x, A, B = _inputs(seed, n_in, n_out, r, lead)
             with case_sizes({"n_in": n_in, "n_out": n_out, "r": r, **({"N": lead[-1]} if lead else {})}):
@@ -99,12 +119,11 @@ def _probe_lora(cases):
                     p = getattr(lora, name, None)
                     if isinstance(p, torch.Tensor):
                         run[f"{name}_start"] = p.detach().clone()
-                start = attempt(lora, x.float())
+                start = attempt(lora, x.to(dtype))
                 run["start"] = start.get("out") if "out" in start else start
                 shapes_right = (params.get("lora_A", {}).get("shape") == [r, n_in] and params.get("lora_B", {}).get("shape") == [n_out, r])
                 if shapes_right:
                     try:
-                        lora = lora.to(dtype)
                         with torch.no_grad():
                             lora.lora_A.copy_(A)
                             lora.lora_B.copy_(B)
@@ -114,7 +133,9 @@ def _probe_lora(cases):
                         continue
                     xd = x.to(dtype)
                     before = xd.clone()
-                    run["trained"] = attempt(lora, xd)
+                    with _Products() as products:
+                        run["trained"] = attempt(lora, xd)
+                    run["products"] = products.shapes
                     run["x_changed"] = not torch.equal(before, xd)
                     run["grads"] = _grads(lora, before.clone())
                 found.append(run)
@@ -175,9 +196,9 @@ def _judge_start(case, run, what) -> None:
                           "the adapters are what trains (nn.Parameter requires them by default).")
     for name in ("lora_A", "lora_B"):
         dtype_name = params[name].get("dtype")
-        if dtype_name != str(torch.get_default_dtype())[6:]:
-            raise CheckFailed(f"{what}: {name} is {dtype_name} while the base layer is float32: build A and B in the "
-                              "base weight's dtype and on its device (dtype=base.weight.dtype, device=base.weight.device).")
+        if dtype_name != str(dtype)[6:]:
+            raise CheckFailed(f"{what}: {name} is {dtype_name} while the base layer is {str(dtype)[6:]}: build A and B in "
+                              "the base weight's dtype and on its device (dtype=base.weight.dtype, device=base.weight.device).")
     A0, B0 = run.get("lora_A_start"), run.get("lora_B_start")
     if not isinstance(A0, torch.Tensor) or not isinstance(B0, torch.Tensor):
         raise CheckFailed("the check's data is incomplete")
@@ -197,9 +218,12 @@ def _judge_start(case, run, what) -> None:
     if A0.numel() > 1 and float(A0.std()) == 0:
         raise CheckFailed(f"{what}: every entry of lora_A starts at {float(A0.reshape(-1)[0]):g}: A starts random.")
     if float(A0.abs().max()) > bound * (1 + 1e-5):
-        raise CheckFailed(f"{what}: lora_A starts with entries up to {float(A0.abs().max()):.3g}, beyond +-1/sqrt(in_features) "
-                          f"= +-{bound:.3g}: initialise it as nn.Linear initialises its weight (kaiming_uniform_ with "
-                          "a = sqrt(5)), not with a standard normal.")
+        top, wide = float(A0.abs().max()), math.sqrt(6 / n_in)
+        seen = (f"; they stay within +-sqrt(6 / in_features) = +-{wide:.3g}, the bound of kaiming_uniform_ with its "
+                "default a = 0" if top <= wide * (1 + 1e-5) else f"; their spread (standard deviation) is {float(A0.std()):.3g}")
+        raise CheckFailed(f"{what}: lora_A starts with entries up to {top:.3g}, beyond nn.Linear's bound +-1/sqrt(in_features) "
+                          f"= +-{bound:.3g}{seen}. Initialise it as nn.Linear initialises its own weight: kaiming_uniform_ "
+                          "with a = sqrt(5).")
     scale = run.get("scale")
     if isinstance(scale, (int, float)) and not math.isclose(scale, alpha / r, rel_tol=1e-9):
         raise CheckFailed(f"{what}: self.scale is {scale:g}; it is alpha / r = {alpha:g} / {r} = {alpha / r:g}.")
@@ -221,7 +245,7 @@ def _judge_lora(cases):
             start = run.get("start")
             raise_caught(f"{what}, as it starts, on x of shape {tuple(x.shape)}", start if isinstance(start, dict) else {})
             with torch.no_grad():
-                want_start = base(x.float().double())
+                want_start = base(x.to(dtype).double())
             if not isinstance(start, torch.Tensor) or start.shape != want_start.shape:
                 raise CheckFailed(f"{what}: as it starts (B = 0) it must compute exactly base(x), of shape "
                                   f"{tuple(want_start.shape)}; it returned {describe(start)}.")
@@ -229,7 +253,9 @@ def _judge_lora(cases):
                 label = identify(start, {
                     "the base layer's output is missing: LoRALinear returns base(x) plus the scaled update": 0 * want_start,
                     "the scale multiplies base(x) as well; it belongs on the low-rank update alone": want_start * (alpha / r),
-                    "base(x) is added twice": 2 * want_start}, 1e-4, 1e-4)
+                    "base(x) is added twice": 2 * want_start,
+                    **({"the base layer's bias is left out: self.base(x) includes it": want_start - base.bias.detach()}
+                       if bias else {})}, 1e-4, 1e-4)
                 raise CheckFailed(f"{what}: as it starts (B = 0, so the update is zero) it must compute exactly base(x)"
                                   + (f"; {label}" if label else "") + f". Evidence: {first_mismatch(want_start, start, 1e-4, 1e-4)}.")
             trained = need(run.get("trained"), dict)
@@ -253,6 +279,11 @@ def _judge_lora(cases):
                 if label:
                     raise CheckFailed(f"{what_x}: {label}. Evidence: {first_mismatch(expected, out, tol, tol)}.")
                 raise CheckFailed(explain_mismatch(expected, out, what=what_x, atol=tol, rtol=tol, dtype=dtype))
+            built = [shape for shape in need(run.get("products") or [], list) if shape in ([n_out, n_in], [n_in, n_out])]
+            if built:
+                raise CheckFailed(f"{what_x}: the output is right, but forward builds a ({n_out}, {n_in}) matrix, B @ A, as "
+                                  "large as the frozen weight itself: compute the update from x, x @ A.T (r numbers per "
+                                  "row), then @ B.T, so that it costs r * (in + out) per row, not in * out.")
             grads = run.get("grads")
             if isinstance(grads, str):
                 raise CheckFailed(f"{what_x}: the output is right, but backpropagating through it raised {grads}.")
@@ -267,6 +298,14 @@ def _judge_lora(cases):
                 if not close(want[name], have, gtol, gtol):
                     raise CheckFailed(f"{what_x}: the output is right, but the gradient that reaches {name} is wrong "
                                       f"({first_mismatch(want[name], have, gtol, gtol)}).")
+            have = need(grads, dict).get(INPUT)
+            if not isinstance(have, torch.Tensor) or have.shape != want[INPUT].shape or not close(want[INPUT], have, gtol, gtol):
+                raise CheckFailed(f"{what_x}: the output is right, but the gradient that flows back to x is "
+                                  + ("missing" if not isinstance(have, torch.Tensor) else
+                                     f"wrong ({first_mismatch(want[INPUT], have, gtol, gtol)})" if have.shape == want[INPUT].shape
+                                     else f"of shape {tuple(have.shape)}")
+                                  + ": both paths, base(x) and the update, must stay in the graph (no .detach() or .data "
+                                  "on x), or the layers before this one get a wrong gradient.")
         return ("LoRALinear: the base layer kept and frozen, A random within nn.Linear's bound and B zero (the new layer "
                 "computes base(x)), scale alpha / r; outputs and the adapters' gradients match the reference.")
 

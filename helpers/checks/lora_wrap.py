@@ -41,8 +41,9 @@ __all__ = ["check_add_lora", "check_merge_lora"]
 ADD_CASES = [(160, 11, 12, 2, 4, 2, 20, 5, ("query", "value"), 2, 4.0, False),
              (161, 13, 10, 2, 3, 2, 14, 4, ("to_output",), 3, 9.0, True)]
 ADD_HIDDEN_CASES = [(162, 9, 12, 3, 2, 3, 16, 6, ("key", "query", "to_output"), 1, 2.0, False),
-                    (163, 7, 8, 2, 3, 1, 12, 3, ("value",), 4, 2.0, True)]
-MERGE_CASES = [(170, 11, 12, 2, 4, 2, 20, 5, ("query", "value"), 2, 3.0, True),
+                    (163, 7, 8, 2, 3, 1, 12, 3, ("value",), 4, 2.0, True),
+                    (164, 9, 10, 2, 3, 2, 14, 4, ("0",), 2, 3.0, False)]  # the MLPs' first maps: layers.i.mlp.model.0
+MERGE_CASES = [(170, 11, 12, 2, 4, 2, 20, 5, ("query", "value"), 3, 4.5, True),
                (171, 13, 10, 2, 3, 2, 14, 4, ("to_output", "key"), 4, 2.0, False)]
 MERGE_HIDDEN_CASES = [(172, 9, 12, 3, 2, 3, 16, 6, ("value",), 1, 2.5, True),
                       (173, 7, 8, 2, 3, 1, 12, 3, ("query", "key", "value", "to_output"), 3, 6.0, False)]
@@ -201,13 +202,14 @@ def _probe_merge(cases):
         found = []
         for case in cases:
             model, names = _adapted(case)
+            seed, V, C, nh, hs, L, H, T, targets, r, alpha, bias = case
             try:
-                with case_sizes(_sizes(case)), known_good_lora(merge_lora), torch.no_grad():
+                with case_sizes({"r": r, "C": C, "nh*hs": nh * hs}), known_good_lora(merge_lora), torch.no_grad():
                     result = merge_lora(model)
             except Exception as exc:  # noqa: BLE001 - the error is evidence
                 found.append(caught(exc))
                 continue
-            run = {"same_model": result is model, "returned": describe(result),
+            run = {"same_model": result is model, "returned": describe(result), "dotted": _dotted(model),
                    "left": [n for n, m in model.named_modules() if isinstance(m, LoRALinear) or hasattr(m, "lora_A")],
                    "params": {n: list(p.shape) for n, p in model.named_parameters()},
                    "kinds": {n: type(m).__name__ for n, m in model.named_modules() if n in names}, "layers": {}}
@@ -234,6 +236,7 @@ def weight_variants(W, A, B, r, alpha) -> dict[str, torch.Tensor]:
         "the adapter is missing: it is the base weight W unchanged": W,
         f"B @ A is added without the scale alpha / r = {s:g}": W + BA,
         f"B @ A is scaled by r / alpha = {r / alpha:g}; the scale is alpha / r = {s:g}": W + BA * (r / alpha),
+        f"B @ A is scaled by alpha = {alpha:g} alone; the scale is alpha / r = {s:g}": W + BA * alpha,
         "the scaled B @ A is subtracted from W; it is added": W - s * BA,
         "the scaled B @ A is added twice": W + 2 * s * BA,
         "the merged weight is the scaled B @ A alone: W + (alpha / r) B @ A keeps W": s * BA,
@@ -250,11 +253,21 @@ def _judge_merge(cases):
             plain = {n: list(p.shape) for n, p in _model(case).named_parameters()}
             with torch.no_grad():
                 expected = adapted(_ids(case))
+            dotted = need(run.get("dotted", []), list)
+            if dotted:
+                raise CheckFailed(f"{what}: the model has new children named with dots ({', '.join(map(str, dotted[:3]))}) and "
+                                  "the adapters are still in place: setattr(model, 'layers.0.attention.query', ...) does not "
+                                  "follow the path, it adds a module under that whole name. Set the attribute on the parent "
+                                  "module: model.get_submodule('layers.0.attention'), then setattr(parent, 'query', ...).")
             left = need(run.get("left"), list)
             if left:
+                none = sorted(map(str, left)) == sorted(names)
+                found = (f" None of the {len(names)} was replaced, and each sits {names[0].count('.') + 1} modules deep "
+                         "(layers.i.attention...): a search must reach every depth (named_modules() does; named_children() "
+                         "sees the first level only)." if none and all(n.count(".") >= 2 for n in names) else "")
                 raise CheckFailed(f"{what}: {', '.join(map(str, left[:3]))} {'are' if len(left) > 1 else 'is'} still a LoRALinear "
-                                  "afterwards: replace each by a plain nn.Linear on its parent module (setattr), whose weight "
-                                  "is W + (alpha / r) B @ A.")
+                                  "afterwards: each should be replaced by a plain nn.Linear on its parent module (setattr), "
+                                  f"whose weight is W + (alpha / r) B @ A.{found}")
             kinds = need(run.get("kinds"), dict)
             odd = {n: k for n, k in kinds.items() if k != "Linear"}
             if odd:
@@ -274,6 +287,10 @@ def _judge_merge(cases):
                 w = got.get("weight")
                 if not isinstance(w, torch.Tensor) or w.shape != want_w.shape:
                     raise CheckFailed(f"{what}: {name}.weight is {describe(w)}, expected shape {tuple(want_w.shape)}.")
+                if w.dtype != want_w.dtype:
+                    raise CheckFailed(f"{what}: {name}.weight is {str(w.dtype)[6:]} while the adapted model is "
+                                      f"{str(want_w.dtype)[6:]}: a new nn.Linear is built in PyTorch's default dtype; build "
+                                      "it in the base weight's dtype and on its device (or reuse the base layer).")
                 if not close(want_w.detach(), w, 1e-10, 1e-10):
                     label = identify(w, weight_variants(lora.base.weight.detach(), lora.lora_A.detach(), lora.lora_B.detach(),
                                                         r, alpha), 1e-10, 1e-10)

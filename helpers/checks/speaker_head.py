@@ -122,10 +122,10 @@ def _variants(hidden, lengths, pooling, head) -> dict[str, torch.Tensor]:
     }
     other = "mean" if pooling == "last" else "last"
     if other == "mean":
-        out["pooling='last' was given, but forward averaged the real positions (it ignores self.pooling)"] = \
+        out["pooling='last' was given, but forward averaged the real positions, what pooling='mean' asks for"] = \
             head((hidden * real).sum(dim=1) / lengths[:, None])
     else:
-        out["pooling='mean' was given, but forward took the last real position (it ignores self.pooling)"] = \
+        out["pooling='mean' was given, but forward took the last real position, what pooling='last' asks for"] = \
             head(hidden[rows, lengths - 1])
     return out
 

@@ -43,9 +43,10 @@ def _kept_no_axis(clash: Clash) -> Finding:
             continue
         for other, u in tensors:
             if u.dim() >= 2 and v.dim() == u.dim() - 1 and tuple(v.shape) == tuple(u.shape[:-1]) and u.shape[-1] != u.shape[-2]:
-                return Finding(f" {name} {tuple(v.shape)} is {other} {tuple(u.shape)} reduced over its last axis: a "
-                               "mean, sum or var without keepdim=True drops that axis, and what is left lines up "
-                               "against the wrong one; pass keepdim=True so that it stays as size 1 and broadcasts.",
+                return Finding(f" {name} {tuple(v.shape)} has the shape of {other} {tuple(u.shape)} without its last "
+                               "axis (what a mean, sum or var without keepdim=True leaves), so against it its axes line up "
+                               f"from the right with the wrong ones: give {name} a size-1 last axis (keepdim=True where it "
+                               f"is reduced, or {name}[..., None]) so that it broadcasts.",
                                "a reduction without keepdim")
     return NOTHING
 

@@ -104,10 +104,14 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> Finding:
     m = re.search(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)", text)
     if m:
         index, dim, size = m.groups()
+        cause = ("the index equals the axis's size, one past its last entry: a count or a length used as a position "
+                 "(the last of n positions is n - 1), or an index computed from another axis's size"
+                 if int(index) == int(size) else
+                 "the index was computed from another axis's size, or the tensor has its axes in another order than "
+                 "the code assumes")
         return Finding(
             f"An index {index} was used on an axis of size {n(size)} (dimension {dim} of the tensor indexed), "
-            f"whose valid indices are 0 … {int(size) - 1}: the index was computed from another axis's size, "
-            "or the tensor has its axes in another order than the code assumes."
+            f"whose valid indices are 0 … {int(size) - 1}: {cause}."
             + (" An index counted from the front lands on another axis when the input has more axes (a batch): "
                "index from the end, x[..., i, j]." if _letter(int(size), sizes) in ("B", "nh") else "")
         )
