@@ -5,7 +5,8 @@ to 4 minutes on two CPU cores"). This script executes the solution notebooks in 
 folders, with ``TRANSFORMER_COURSE_QUICK`` unset and two threads, times each one as a whole kernel
 run, and prints the measured time next to the stated upper bound. Lesson 07 keeps its trained model
 in a temporary checkpoint file (``TRANSFORMER_COURSE_CHECKPOINT``) that lesson 08 then loads, as a
-student's run would; ``--fresh-08`` removes it first, to time lesson 08 training its own model.
+student's run would; ``--fresh-08`` removes it first, to time lesson 08 training its own model, and
+``--checkpoint FILE`` starts from a copy of a trained model, to time lessons 08 to 12 without 07.
 
 The stated times are for idle cores, and a shared machine is rarely idle. So each line also says
 how busy the machine was: ``others`` is how many CPUs other processes kept busy on average while
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="run the quick setting instead of the full one")
     parser.add_argument("--threads", type=int, default=2, help="OMP/MKL threads for the kernels (2)")
     parser.add_argument("--fresh-08", action="store_true", help="no checkpoint for lesson 08: it trains its own")
+    parser.add_argument("--checkpoint", type=Path, help="a trained model (lesson 07's, as the course's cache keeps it) "
+                        "that the later lessons load when lesson 07 is not run first")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one cell may run (1800)")
     args = parser.parse_args(argv)
 
@@ -99,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         parser.error(f"no lesson matches {args.lessons}")
     checkpoint = Path(tempfile.mkdtemp(prefix="lesson-times-")) / "shakespeare-char.pt"
+    if args.checkpoint:
+        shutil.copyfile(args.checkpoint, checkpoint)
     env = {"TRANSFORMER_COURSE_QUICK": "1" if args.quick else "0", "OMP_NUM_THREADS": str(args.threads),
            "MKL_NUM_THREADS": str(args.threads), "TRANSFORMER_COURSE_CHECKPOINT": str(checkpoint)}
     os.environ.pop("MPLBACKEND", None)  # the kernel's own inline backend: figures are drawn, as for a student
