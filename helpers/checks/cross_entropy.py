@@ -154,6 +154,9 @@ def ce_variants(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.
         "you averaged the log-probabilities of every class, not only the target's: pick the one entry "
         "per row whose column is the target": -logp.mean(),
         "the targets are off by one: you picked column target - 1": loss(logp.roll(1, dims=-1)),
+        "every target is read from the first row, logp[0, targets], as a gather with an index of shape (1, N) "
+        "(targets.unsqueeze(0)) does: one target per row needs an index of shape (N, 1), targets.unsqueeze(1)":
+            -logp[0, wanted].mean(),
         "the log-sum-exp is of the values shifted by the row's maximum, but it is subtracted from the unshifted "
         "logits: every log-probability comes out too large by its row's maximum; subtract it from the same "
         "shifted values": loss(rows - lse),

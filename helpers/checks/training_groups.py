@@ -97,6 +97,10 @@ def _plain(groups, model: nn.Module):
             out.append({"odd": f"{type(group).__name__}: {repr(group)[:100]}"})
             continue
         params = group["params"]
+        if isinstance(params, (set, frozenset, dict)):  # AdamW refuses them: a set has no order to keep state by
+            out.append({"odd": f"a dict whose 'params' is a {type(params).__name__}, which AdamW refuses (its "
+                               "parameters must come in an order: a list)"})
+            continue
         params = [params] if isinstance(params, torch.Tensor) else list(params)
         decay = group.get("weight_decay", None)
         out.append({"keys": sorted(str(k) for k in group),

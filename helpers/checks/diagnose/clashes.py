@@ -137,10 +137,14 @@ def _unsqueezed(clash: Clash) -> Finding:
                    "(T, C).unsqueeze(1) is (T, 1, C), which puts T against B.", "an unsqueeze at the wrong position")
 
 
-def _operation(source: str) -> str:
-    """What a broadcasting clash on ``source`` (the failing line) came from, in words."""
+def _operation(source: str, values=()) -> str:
+    """What a broadcasting clash on ``source`` (the failing line) came from, in words. A product of
+    tensors of two axes or fewer never broadcasts (it raises its own error), so where every tensor
+    on the line is such, the clash is the line's elementwise operation even when it also has an @."""
     source = source.split("#")[0]  # a shape comment may show a product the line does not compute
-    if "@" in source or re.search(r"\b(matmul|bmm|einsum)\(", source):
+    tensors = [v for _, v in values if isinstance(v, torch.Tensor)]
+    batched = not tensors or any(t.dim() > 2 for t in tensors)
+    if batched and ("@" in source or re.search(r"\b(matmul|bmm|einsum)\(", source)):
         return ("A matrix product (@) lines up the axes before the last two like an elementwise operation "
                 "(from the end)")
     if re.search(r"\.copy_\(", source):

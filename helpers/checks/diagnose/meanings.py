@@ -54,7 +54,7 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> Finding:
     if m:
         a, b, k = m.groups()
         return Finding(
-            f"{_operation(source)}: at dimension {k} of the broadcast shape one has size {n(a)}, the other "
+            f"{_operation(source, values)}: at dimension {k} of the broadcast shape one has size {n(a)}, the other "
             f"{n(b)}; they must be equal, or one of them 1."
         ) + broadcast_hints(Clash(list(values), source, sizes, int(a), int(b), int(k)))
     m = re.search(r"expected scalar type (\w+) but found (\w+)", text) or re.search(

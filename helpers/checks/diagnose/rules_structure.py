@@ -64,12 +64,36 @@ def _per_part(c: _Case, which: str) -> Finding:
         else:  # (rows, n): one row per index of the other axes
             em, gm = c.e.movedim(k, -1).reshape(-1, n), c.g.movedim(k, -1).reshape(-1, n)
         fit = _per_row(c, em, gm, how)
+        if fit is not None and which == "fibre factors" and _nearly_one(fit):
+            return Finding(f"{_one_factor(fit, n, _axis(k, c.axes))} Evidence: {c.evidence()}.", which)
         if fit is not None:
             others = ", ".join(c.letter(i) or f"axis {i}" for i in range(c.e.dim()) if i != k)
             told = says.format(axis=_axis(k, c.axes), letter=c.letter(k) or "index", others=others, n=n,
                                values=_first_six(fit))
             return Finding(f"{told}. Evidence: {c.evidence()}.", which)
     return NOTHING
+
+
+def _nearly_one(fit) -> bool:
+    """Every part's factor within 5 % of their mean: one scale for all, moved a little (an eps, say)."""
+    mean = float(fit.mean())
+    return mean != 0 and float((fit - mean).abs().max()) <= 0.05 * abs(mean)
+
+
+def _one_factor(fit, n: int, axis: str) -> str:
+    """Words for vectors that are all the reference's times about one factor, with that factor read
+    against the vectors' length ``n`` when it is one of its simple powers."""
+    mean = float(fit.mean())
+    powers = {f"1/sqrt({n})": n ** -0.5, f"sqrt({n})": n ** 0.5, f"1/{n}": 1 / n, f"{n}": float(n)}
+    named = next((words for words, value in powers.items() if abs(mean - value) <= 0.02 * value), None)
+    said = (f"each vector along {axis} is the reference's times about the same factor ({_first_six(fit)}), close to "
+            f"{named}, where {n} is the vectors' length: the direction of every vector is right and one scale is off")
+    if named in (f"1/sqrt({n})", f"sqrt({n})"):
+        said += (", as when a square root is taken of a sum where the mean was meant (a norm where a root mean square "
+                 "was), or of a mean where the sum was")
+    elif named in (f"1/{n}", f"{n}"):
+        said += ", as when a sum is taken where the mean was meant, or a mean where the sum was"
+    return said + "."
 
 
 def rule_slice_factors(c: _Case) -> Finding:
