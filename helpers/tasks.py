@@ -35,16 +35,17 @@ def _standard_library() -> Path:
     return Path(os.__file__).resolve().parent
 
 
-def docstring_text(vocab: CharVocab | None = None, folder: str | os.PathLike[str] | None = None) -> str:
+def docstring_text(vocab: CharVocab | None = None, folder: str | os.PathLike[str] | None = None,
+                   max_files: int | None = None) -> str:
     """Every docstring of the top-level ``.py`` files of Python's standard library, in file order.
 
     Modules, classes and functions, each docstring once, separated by a blank line. With ``vocab``,
     each character it does not have becomes a space (Tiny Shakespeare has no digits, brackets,
-    ``_`` or ``=``: about 4 % of this text). ``folder``: another folder of ``.py`` files. Files that Python
-    cannot parse are skipped.
+    ``_`` or ``=``: about 4 % of this text). ``folder``: another folder of ``.py`` files; ``max_files``:
+    only the first files, in name order (a quick run). Files that Python cannot parse are skipped.
     """
     docs = []
-    for path in sorted(Path(folder or _standard_library()).glob("*.py")):
+    for path in sorted(Path(folder or _standard_library()).glob("*.py"))[:max_files]:
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
@@ -61,9 +62,10 @@ def docstring_text(vocab: CharVocab | None = None, folder: str | os.PathLike[str
     return text
 
 
-def docstring_dataset(vocab: CharVocab, train_fraction: float = 0.9, folder=None) -> CharDataset:
+def docstring_dataset(vocab: CharVocab, train_fraction: float = 0.9, folder=None,
+                      max_files: int | None = None) -> CharDataset:
     """``docstring_text`` in ``vocab``'s ids, split like Tiny Shakespeare (the first 90 % to train on)."""
-    text = docstring_text(vocab, folder)
+    text = docstring_text(vocab, folder, max_files)
     train, val = train_val_split(vocab.encode(text), train_fraction)
     return CharDataset(vocab=vocab, train=train, val=val, corpus=DOCSTRINGS)
 
@@ -93,11 +95,13 @@ class SpeakerData:
 
 
 def speaker_dataset(text: str, vocab: CharVocab, n_speakers: int = 4, window: int = 64, val_fraction: float = 0.2,
-                    seed: int = 0, pad_id: int = 0, chunks: bool = True) -> SpeakerData:
-    """The speeches of the ``n_speakers`` most frequent speakers, each cut to its first ``window``
-    characters and padded on the right with ``pad_id`` (a causal model's position t never sees
-    what follows it, so the padding changes nothing up to the speech's last character). A random
-    ``val_fraction`` of each speaker's speeches (a generator seeded with ``seed``) is held out."""
+                    seed: int = 0, pad_id: int = 0, max_windows: int | None = None) -> SpeakerData:
+    """The speeches of the ``n_speakers`` most frequent speakers, each cut into windows of ``window``
+    characters, the last one padded on the right with ``pad_id`` (a causal model's position t never
+    sees what follows it, so the padding changes nothing up to the speech's last character). A random
+    ``val_fraction`` of each speaker's speeches, whole, is held out (a generator seeded with ``seed``);
+    each split's windows come in a random order, and ``max_windows`` keeps only the first of each
+    (a quick run)."""
     found = [(name, speech) for name, speech in speeches(text) if speech.strip()]
     counts = Counter(name for name, _ in found)
     names = [name for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n_speakers]]
@@ -108,9 +112,11 @@ def speaker_dataset(text: str, vocab: CharVocab, n_speakers: int = 4, window: in
         order = torch.randperm(len(own), generator=generator).tolist()
         n_val = max(1, round(val_fraction * len(own)))
         for i, k in enumerate(order):
-            pieces = [own[k][start:start + window] for start in range(0, len(own[k]), window)]
-            for piece in pieces if chunks else pieces[:1]:
-                parts["val" if i < n_val else "train"].append((piece, label))
+            for start in range(0, len(own[k]), window):
+                parts["val" if i < n_val else "train"].append((own[k][start:start + window], label))
+    for name, rows in parts.items():
+        order = torch.randperm(len(rows), generator=generator).tolist()
+        parts[name] = [rows[k] for k in order][:max_windows]
 
     def tensors(rows):
         ids = torch.full((len(rows), window), pad_id, dtype=torch.long)  # (N, T)
