@@ -731,7 +731,9 @@ def course_model(data, *, fallback_steps: int = 2000, eval_batches: int = 200, s
         log = train(model, data, TrainConfig(steps=fallback_steps, eval_every=0, eval_at_start=False,
                                              eval_batches=eval_batches))
         val_loss = float(log.val_loss.iloc[-1])
-        if save:
+        if not save:
+            report("this model is not saved: the next run trains again")
+        else:
             try:
                 save_checkpoint(path, model, config, vocab, extra={"val_loss": val_loss, "steps": fallback_steps,
                                                                    "saved_by": saved_by, "corpus": data.corpus})

@@ -108,3 +108,21 @@ def test_draw_lora_counts_the_parameters():
     assert "8,192 parameters" in texts and "(8, 128): 1,024" in texts and "(64, 8): 512" in texts
     assert "1,536 trainable" in ax.get_title()
     plt.close(fig)
+
+
+def test_course_model_trains_saves_then_loads(tmp_path, monkeypatch):
+    from helpers.data import shakespeare_dataset
+    from helpers.training import course_model
+
+    monkeypatch.setenv("TRANSFORMER_COURSE_CHECKPOINT", str(tmp_path / "model.pt"))
+    data = shakespeare_dataset()
+    said = []
+    first, config, vocab, _ = course_model(data, fallback_steps=2, eval_batches=1, saved_by="a test", report=said.append)
+    assert "Training the same model here" in said[0] and (tmp_path / "model.pt").exists() and vocab == data.vocab
+    again, _, _, _ = course_model(data, eval_batches=1, report=said.append)
+    assert said[-1].startswith("loaded the trained model")
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values(), strict=True))
+    unsaved = tmp_path / "other.pt"
+    monkeypatch.setenv("TRANSFORMER_COURSE_CHECKPOINT", str(unsaved))
+    course_model(data, fallback_steps=1, eval_batches=1, save=False, report=said.append)
+    assert not unsaved.exists() and "not saved" in said[-1]
