@@ -126,3 +126,12 @@ def test_course_model_trains_saves_then_loads(tmp_path, monkeypatch):
     monkeypatch.setenv("TRANSFORMER_COURSE_CHECKPOINT", str(unsaved))
     course_model(data, fallback_steps=1, eval_batches=1, save=False, report=said.append)
     assert not unsaved.exists() and "not saved" in said[-1]
+
+
+def test_the_quick_settings_limits_keep_a_mix(tmp_path):
+    for i in range(3):
+        (tmp_path / f"m{i}.py").write_text(f'"""Doc {i}."""\n', encoding="utf-8")
+    assert docstring_text(folder=tmp_path, max_files=2) == "Doc 0.\n\nDoc 1.\n"
+    text = "\n\n".join(f"{name}:\n{'x' * (5 + i)}" for i in range(12) for name in ("A", "B"))
+    data = speaker_dataset(text, CharVocab.from_text(text), n_speakers=2, window=4, max_windows=5)
+    assert len(data.train_labels) == 5 and set(data.train_labels.tolist()) == {0, 1}
