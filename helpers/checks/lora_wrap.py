@@ -203,13 +203,16 @@ def _probe_merge(cases):
         for case in cases:
             model, names = _adapted(case)
             seed, V, C, nh, hs, L, H, T, targets, r, alpha, bias = case
+            before = {n: model.get_submodule(n).base.weight.detach().clone() for n in names}
             try:
                 with case_sizes({"r": r, "C": C, "nh*hs": nh * hs}), known_good_lora(merge_lora), torch.no_grad():
                     result = merge_lora(model)
             except Exception as exc:  # noqa: BLE001 - the error is evidence
                 found.append(caught(exc))
                 continue
+            kept = [n for n, m in model.named_modules() if isinstance(m, LoRALinear) and n in before]
             run = {"same_model": result is model, "returned": describe(result), "dotted": _dotted(model),
+                   "merged_in_place": [n for n in kept if not torch.equal(before[n], model.get_submodule(n).base.weight)],
                    "left": [n for n, m in model.named_modules() if isinstance(m, LoRALinear) or hasattr(m, "lora_A")],
                    "params": {n: list(p.shape) for n, p in model.named_parameters()},
                    "kinds": {n: type(m).__name__ for n, m in model.named_modules() if n in names}, "layers": {}}
@@ -262,9 +265,15 @@ def _judge_merge(cases):
             left = need(run.get("left"), list)
             if left:
                 none = sorted(map(str, left)) == sorted(names)
-                found = (f" None of the {len(names)} was replaced, and each sits {names[0].count('.') + 1} modules deep "
-                         "(layers.i.attention...): a search must reach every depth (named_modules() does; named_children() "
-                         "sees the first level only)." if none and all(n.count(".") >= 2 for n in names) else "")
+                merged = need(run.get("merged_in_place", []), list)
+                if merged:
+                    found = (f" Their base layers' weights did change ({', '.join(map(str, merged[:2]))}): the merge was "
+                             "computed, but each adapter still sits in its place and still adds its update.")
+                else:
+                    found = (f" None of the {len(names)} was replaced or changed, and each sits {names[0].count('.') + 1} "
+                             "modules deep (layers.i.attention...): does your search reach every depth? named_modules() "
+                             "does; named_children() sees the first level only." if none and all(n.count(".") >= 2 for n in names)
+                             else "")
                 raise CheckFailed(f"{what}: {', '.join(map(str, left[:3]))} {'are' if len(left) > 1 else 'is'} still a LoRALinear "
                                   "afterwards: each should be replaced by a plain nn.Linear on its parent module (setattr), "
                                   f"whose weight is W + (alpha / r) B @ A.{found}")
