@@ -146,6 +146,10 @@ def _layout_told(got: dict, want: dict, case, run: dict) -> str:
     built attention says of itself."""
     seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
     extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+    if not modern and run.get("n_kv") == 0:
+        return ("with the defaults nothing may change, but the attention was replaced by one built with n_kv_heads = 0 "
+                "key/value heads: n_kv_heads = 0 means one key/value head per query head (config.n_kv_heads or "
+                "config.n_heads), and with that and positions='learned' lesson 05's attention stays")
     if not modern:
         return ("with the defaults nothing may change: the block keeps lesson 05's LayerNorms, attention and MLP "
                 f"(the config asks for norm='layer', mlp='mlp', positions='learned', n_kv_heads=0); it now has {sorted(got)}")
