@@ -86,7 +86,7 @@ class SpeakerData:
     """The classification task: windows of ids, their lengths and labels, split in two."""
 
     names: list[str]  # the K speakers, most frequent first; label k is names[k]
-    train_ids: torch.Tensor  # (N_train, T) long: each speech's first T characters, padded on the right
+    train_ids: torch.Tensor  # (N_train, T) long: windows of T characters of the speeches, the last of each padded
     train_lengths: torch.Tensor  # (N_train,) long: how many of the T are the speech's, 1 ... T
     train_labels: torch.Tensor  # (N_train,) long, in 0 ... K-1
     val_ids: torch.Tensor  # (N_val, T)

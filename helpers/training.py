@@ -446,7 +446,7 @@ class LiveLossPlot:
 # --------------------------------------------------------------------------------------------
 
 
-#: an explicit path for the course's trained character model (lesson 07 writes it, lesson 08 reads it)
+#: an explicit path for the course's trained character model (lesson 07 writes it, lessons 08 and 12 read it)
 CHECKPOINT_ENV_VAR = "TRANSFORMER_COURSE_CHECKPOINT"
 #: the file of the model trained on Tiny Shakespeare; a model of another text has its own (``checkpoint_name``)
 CHECKPOINT_NAME = "shakespeare-char.pt"

@@ -73,6 +73,15 @@ def _dotted(model: nn.Module) -> list[str]:
     return [f"{name}.{key}" if name else key for name, m in model.named_modules() for key in m._modules if "." in key]
 
 
+def _refuse_dotted(what: str, dotted: list, state: str) -> None:
+    """Fail when the student's function put modules under dotted names (``setattr`` with a path)."""
+    if dotted:
+        raise CheckFailed(f"{what}: the model has new children named with dots ({', '.join(map(str, dotted[:3]))}) and "
+                          f"{state}: setattr(model, 'layers.0.attention.query', ...) does not follow the path, it adds a "
+                          "module under that whole name. Set the attribute on the parent module: "
+                          "model.get_submodule('layers.0.attention'), then setattr(parent, 'query', ...).")
+
+
 def _text(case, fn: str) -> str:
     seed, V, C, nh, hs, L, H, T, targets, r, alpha, bias = case
     return f"{fn}(model, targets={targets}, r={r}, alpha={alpha:g}) on a TransformerLM of {L} layer{'s' * (L > 1)}"
@@ -129,12 +138,7 @@ def _judge_add(cases):
             reference = _model(case)
             want = ref.add_lora(reference, targets, r, alpha)
             want_trains = sorted(n for n, p in reference.named_parameters() if p.requires_grad)
-            dotted = need(run.get("dotted"), list)
-            if dotted:
-                raise CheckFailed(f"{what}: the model has new children named with dots ({', '.join(map(str, dotted[:3]))}) and "
-                                  "its layers are unchanged: setattr(model, 'layers.0.attention.query', ...) does not follow "
-                                  "the path, it adds a module under that whole name. Set the attribute on the parent module: "
-                                  "model.get_submodule('layers.0.attention'), then setattr(parent, 'query', ...).")
+            _refuse_dotted(what, need(run.get("dotted"), list), "its layers are unchanged")
             wrapped = need(run.get("wrapped"), dict)
             missing, extra = [n for n in want if n not in wrapped], [n for n in wrapped if n not in want]
             if missing or extra:
@@ -256,12 +260,7 @@ def _judge_merge(cases):
             plain = {n: list(p.shape) for n, p in _model(case).named_parameters()}
             with torch.no_grad():
                 expected = adapted(_ids(case))
-            dotted = need(run.get("dotted", []), list)
-            if dotted:
-                raise CheckFailed(f"{what}: the model has new children named with dots ({', '.join(map(str, dotted[:3]))}) and "
-                                  "the adapters are still in place: setattr(model, 'layers.0.attention.query', ...) does not "
-                                  "follow the path, it adds a module under that whole name. Set the attribute on the parent "
-                                  "module: model.get_submodule('layers.0.attention'), then setattr(parent, 'query', ...).")
+            _refuse_dotted(what, need(run.get("dotted", []), list), "the adapters are still in place")
             left = need(run.get("left"), list)
             if left:
                 none = sorted(map(str, left)) == sorted(names)
