@@ -110,7 +110,8 @@ def _cached_positions(T0: int, n: int, max_len: int) -> int:
 
 
 def _mistaken(model, ids, n, options, flavour):
-    """What the classic mistakes generate: new tokens at position 0 ("zero"), a cache slid past max_len
+    """What the classic mistakes generate: new tokens at position 0 ("zero") or at the position of the
+    token before them ("early"), a cache slid past max_len
     ("slide"), each token sampled from the logits of the input's first position ("first"), the argmax
     instead of a sample ("greedy"), an option not passed on to sample_next ("no-top-k", "no-top-p",
     "no-temperature"), the
@@ -132,7 +133,7 @@ def _mistaken(model, ids, n, options, flavour):
                 if T >= max_len:  # "slide": drop the oldest cached position, keep the last position id
                     caches = [(k[:, :, 1:], v[:, :, 1:]) for k, v in caches]
                     T = max_len - 1
-                position = torch.tensor([0 if flavour == "zero" else T])
+                position = torch.tensor([0 if flavour == "zero" else T - 1 if flavour == "early" else T])
                 logits, caches = known_good_forward_cached(model, ids[:, -1:], caches, position)
                 computed += 1
             last = logits[:, 0 if flavour == "first" else -1]
@@ -198,6 +199,9 @@ def _judge_generate(cases):
                 steps = sum(int(c.get("T_new", 0)) for c in run.get("calls") or [] if isinstance(c, dict)) // L
                 for flavour, words in (("zero", "every new token was given position 0: the positions must continue "
                                         "from the cache, T_past for the token that follows T_past cached ones"),
+                                       ("early", "each new token was given the position of the token before it, "
+                                        "T_past - 1: the cache holds positions 0 ... T_past - 1, so the token that "
+                                        "follows them is at position T_past (torch.arange(T_past, T_past + 1))"),
                                        ("slide", "past max_len the cache slid (the oldest position dropped, the "
                                         "rest kept): with learned positions every cached key was computed at its "
                                         "old position and, beyond layer 0, from context that drops out; past "

@@ -106,7 +106,21 @@ def _kept(what: str, logits, expected, out) -> str:
                             sizes=_sizes(logits.shape), dtype=logits.dtype)
 
 
-def _judge_filter(name: str, arg: str, cases, reference, variants, hints, summary: str, tol=None, kept=True):
+def _same(expected, out, logits, atol, ties: bool) -> bool:
+    """``out`` is ``expected``; with ``ties``, also when tokens of equal logits trade places (which of
+    two equally likely tokens a sort puts first is not specified): the same values in each row and
+    every value that is not -inf the input's own at its place."""
+    if close(expected, out, atol, atol):
+        return True
+    if not ties or out.shape != logits.shape:
+        return False
+    kept = out != -INF
+    return close(expected.sort(dim=-1).values, out.sort(dim=-1).values, atol, atol) and close(
+        out[kept], logits[kept], atol, atol)
+
+
+def _judge_filter(name: str, arg: str, cases, reference, variants, hints, summary: str, tol=None, kept=True,
+                  ties=False):
     def judge(data: dict) -> str:
         found = runs(data, len(cases))
         seen, wrong = [], []  # every case's (labels of the variants that give its output, variants); the wrong cases
@@ -123,13 +137,14 @@ def _judge_filter(name: str, arg: str, cases, reference, variants, hints, summar
             if not isinstance(out, torch.Tensor) or out.shape != logits.shape:
                 raise CheckFailed(explain_mismatch(expected, out, what=what, atol=0, rtol=0, sizes=_sizes(logits.shape)))
             atol = (tol or {}).get(logits.dtype, 0)
-            right = close(expected, out, atol, atol) and out.dtype == logits.dtype
+            right = _same(expected, out, logits, atol, ties) and out.dtype == logits.dtype
             if right and run.get("same_object"):
                 raise CheckFailed(f"{what} returned its input itself, not a new tensor: a caller that changes the "
                                   "result would change the logits too. Return a new tensor (logits / temperature, "
                                   "masked_fill, clone).")
             options = {k: v for k, v in variants(logits, value, expected).items() if v.shape == out.shape}
-            seen.append(([k for k, v in options.items() if out.dtype == logits.dtype and close(v, out, atol, max(atol, 1e-6))],
+            seen.append(([k for k, v in options.items()
+                          if out.dtype == logits.dtype and _same(v, out, logits, max(atol, 1e-6), ties)],
                          options))
             if not right:
                 wrong.append((what, logits, expected, out, seen[-1][0]))
@@ -289,6 +304,9 @@ def _top_p_variants(logits, p, expected):
         "comparison with p holds. Subtract each row's maximum before exp (torch.softmax does)":
             back((naive_sorted.cumsum(dim=-1) - naive_sorted) >= p, naive_order),
         "you removed nothing: every logit is returned unchanged": logits,
+        "you kept a token whose more likely tokens already add up to exactly p (a strict > where >= belongs): "
+        "the fewest tokens whose mass is p or more stop at the token that brings the mass to p, so drop every "
+        "token whose mass before it is >= p": back((cum - sorted_probs) > p),
         "you dropped the token that crosses p (an off-by-one): keep tokens until the kept mass "
         "reaches p, including the one that takes it over p; drop a token only when the tokens "
         "before it already add up to p": back(cum > p),
@@ -338,7 +356,11 @@ TOP_P_HIDDEN_CASES = [
     ("a (2, 2, 5) batch", _logits([[[0.1, 0.2, 0.3, 0.15, 0.25], [0.5, 0.05, 0.05, 0.3, 0.1]],
                                    [[0.02, 0.08, 0.6, 0.2, 0.1], [0.3, 0.3, 0.1, 0.2, 0.1]]]), 0.85),
     ("p = 0.95", _logits([0.01, 0.5, 0.02, 0.3, 0.17], torch.float32), 0.95),
+    # exact in binary whatever the softmax's form: one of the two reaches p = 0.5 on its own, which of
+    # them is kept is the sort's choice, so the two may trade places (ties=True)
+    ("two equally likely tokens per row, p = 0.5 exactly", torch.tensor([[0.0, 0.0], [1.25, 1.25]]), 0.5),
 ]
 check_top_p, check_top_p_hidden = _filter_checks(
     "top_p", "top_p_filter", "p", TOP_P_CASES, TOP_P_HIDDEN_CASES, ref.top_p_filter, _top_p_variants,
-    "the most likely tokens up to and including the one that takes the mass to p kept unchanged, the rest -inf.")
+    "the most likely tokens up to and including the one that takes the mass to p kept unchanged, the rest -inf.",
+    ties=True)

@@ -81,6 +81,8 @@ def lm_variants(model, inputs: dict[str, torch.Tensor]) -> dict[str, dict[str, o
                 x = x + model.pos_to_embedding(torch.arange(1, T + 1))
             elif positions == "batch dim":
                 x = x + model.pos_to_embedding(torch.arange(B))
+            elif positions == "token ids":
+                x = x + model.pos_to_embedding(ids)  # (B, T, C): the table indexed by which token, not where
             elif positions == "across batch":
                 flat = x.reshape(B * T, -1)  # (B*T, C)
                 x = (flat + model.pos_to_embedding(torch.arange(B * T))).reshape(B, T, -1)
@@ -111,6 +113,8 @@ def lm_variants(model, inputs: dict[str, torch.Tensor]) -> dict[str, dict[str, o
         "you took T from the batch dimension: input_ids is (B, T), so T is input_ids.shape[-1]": run(
             positions="batch dim"
         ),
+        "you looked the position table up with the token ids (pos_to_embedding(input_ids)): it is indexed by "
+        "each token's place in its sequence, torch.arange(T), not by which token it is": run(positions="token ids"),
         "the positions do not restart for each sequence of the batch (you numbered all B*T tokens "
         "in a row); every sequence has positions 0 ... T-1": run(positions="across batch"),
         unchained: run(chain="unchained"),
