@@ -18,7 +18,7 @@ from helpers.checks.core import Check, CheckFailed, describe, expect_callable, n
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.invariants import judge_rng, rng_watch
-from helpers.checks.sampling_filters import top_k_expected, top_p_expected
+from helpers.checks.sampling_mistakes import top_k_expected, top_p_expected
 from helpers.reference import sampling as ref
 
 # ---------------------------------------------------------------------------------------------
