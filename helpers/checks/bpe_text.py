@@ -40,7 +40,16 @@ def encode_known(text, merges, start=None, pick=None):
 
 
 def _encode_call(fn, text):
-    return {"out": _plain(fn(text, dict(MERGES)))}
+    merges = dict(MERGES)
+    out = _plain(fn(text, merges))
+    if merges == MERGES:
+        return {"out": out}
+    gone = [pair for pair in MERGES if pair not in merges]
+    what = (f"{len(gone)} of its {len(MERGES)} entries are gone after the call, {gone[0]} first" if gone else
+            "entries were added or changed during the call")
+    return {"out": out, "input_changed": f"changed the merges dict it was given ({what}): they are the tokenizer's, "
+            "and the next text is encoded with the same merges. Read them (merges[pair], merges.get(pair)); "
+            "never pop, delete or assign."}
 
 
 def encode_variants(text):

@@ -71,7 +71,8 @@ class Spec:
     """What a function check needs; the hooks' ``what`` is the call in words, "label(arguments)".
 
     Probe side: ``call(function, case) -> dict``, one run: ``{"out": ...}``, with ``"input_changed"``
-    when the check watches its input (:func:`on_copy` does both); ``sizes(case)``: the legend's
+    when the check watches its input (:func:`on_copy` does both; a string there is the call's own
+    words for what changed, said instead of ``changed``); ``sizes(case)``: the legend's
     sizes that explain an error of the student's code; ``around(function)``: a context manager
     around all the calls; ``bounded``: a loop that runs too long fails (``helpers.checks.looping``).
 
@@ -165,8 +166,8 @@ def _judge(spec: Spec, cases):
                 raise CheckFailed(f"{what} did not finish: {run['looping']}")
             if "error" in run:
                 raise_caught(what, run, hint=(spec.on_error(case, str(run["error"])) if spec.on_error else None) or "")
-            if run.get("input_changed"):
-                raise CheckFailed(f"{what} {spec.changed}")
+            if changed := run.get("input_changed"):  # True, or the call's own words for what changed
+                raise CheckFailed(f"{what} {changed if isinstance(changed, str) else spec.changed}")
             got = outputs[index]
             if spec.form and (message := spec.form(what, case, got, run)):
                 raise CheckFailed(message)

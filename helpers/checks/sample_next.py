@@ -25,6 +25,7 @@ from helpers.reference import sampling as ref
 # sample_next(logits, temperature, top_k, top_p, generator) -> token ids
 
 N_DRAWS = 8000  # identical rows per case: the share of each token among them is measured
+UNSEEDED_ROWS = 200  # rows drawn twice with no generator: the same draws both times, from the global generator
 DRAW_TOL = 0.03  # largest allowed gap between a measured share and its probability (> 5 sigma)
 
 # (name, row of logits, temperature, top_k, top_p)
@@ -153,13 +154,29 @@ def _probe_sample(cases, greedy_rows):
             rows = torch.tensor(greedy_rows)
             sizes, draw = {"N": len(greedy_rows), "V": rows.shape[1]}, {"top_k": None, "top_p": None}
             shapes = {"one row": rows[0], "a batch of one row": rows[:1]}  # drawn, temperature 1
-            return {"runs": runs, "greedy": {
+            return {"runs": runs, "unseeded": _unseeded(sample_next, cases[0][1]), "greedy": {
                 "one": _call(sample_next, sizes, rows[0], temperature=0.0, **draw, generator=torch.Generator().manual_seed(1)),
                 "batch": _call(sample_next, sizes, rows, temperature=0.0, **draw, generator=torch.Generator().manual_seed(1)),
             }, "shapes": {k: _call(sample_next, sizes, v, temperature=1.0, **draw, generator=torch.Generator().manual_seed(2))
                           for k, v in shapes.items()}}
 
     return probe
+
+
+def _unseeded(sample_next, row) -> dict:
+    """Probe side: two calls with no generator, each after ``torch.manual_seed(11)``: the draws,
+    whether each moved PyTorch's global generator, and whether a default argument is a generator."""
+    logits = torch.tensor(row, dtype=torch.float32).expand(UNSEEDED_ROWS, len(row)).clone()  # (N, V)
+    found: dict = {}
+    for key in ("first", "second"):
+        torch.manual_seed(11)
+        start = torch.get_rng_state()
+        found[key] = _call(sample_next, {"N": UNSEEDED_ROWS, "V": len(row)}, logits, temperature=1.0, top_k=None, top_p=None)
+        found[f"{key}_moved"] = not torch.equal(start, torch.get_rng_state())
+    defaults = (*(getattr(sample_next, "__defaults__", None) or ()),
+                *(getattr(sample_next, "__kwdefaults__", None) or {}).values())
+    found["default_generator"] = any(isinstance(value, torch.Generator) for value in defaults)
+    return found
 
 
 SAMPLE_ERRORS = [
@@ -216,6 +233,38 @@ def _judge_draws(name, row, temperature, top_k, top_p, run) -> None:
     raise CheckFailed(f"{what}: {pattern}. Intended vs measured share of each token: {table}.")
 
 
+def _judge_unseeded(found) -> None:
+    """With no generator the draws come from PyTorch's global generator, so a caller's
+    torch.manual_seed makes them repeat."""
+    if not isinstance(found, dict):
+        return
+    what = "sample_next(logits, temperature=1.0) with no generator, called twice, each time after torch.manual_seed(11)"
+    raise_caught(what, found.get("first"), SAMPLE_ERRORS)
+    raise_caught(what, found.get("second"), SAMPLE_ERRORS)
+    first, second = (found.get(k, {}).get("out") for k in ("first", "second"))
+    if not isinstance(first, torch.Tensor) or not isinstance(second, torch.Tensor) or first.shape != second.shape:
+        return  # the shapes are judged with a generator, above
+    same = torch.equal(first, second)
+    if found.get("first_moved") is False:
+        if found.get("default_generator"):
+            cause = (" Its default value for generator is a torch.Generator, made once, when the def line ran (a "
+                     "default argument is evaluated once, not at each call): every call without a generator draws "
+                     "from that one object, whatever the caller seeded. Default to None: torch.multinomial(..., "
+                     "generator=None) draws from the global generator.")
+        else:
+            cause = (" Without a generator, draw with generator=None: torch.multinomial then uses PyTorch's global "
+                     "generator, the one torch.manual_seed seeds.")
+        raise CheckFailed(f"{what}: the draws did not come from PyTorch's global generator (its state did not move "
+                          "during the call), so a caller's torch.manual_seed cannot make them repeat"
+                          + ("" if same else f" (the two calls drew different tokens: {int((first != second).sum())} "
+                             f"of {first.numel()} rows differ)") + "." + cause)
+    if not same:
+        raise CheckFailed(f"{what}: the two calls drew different tokens ({int((first != second).sum())} of "
+                          f"{first.numel()} rows differ), though the global generator was seeded the same way before "
+                          "each: with no generator, the draws must come from the global generator alone, as it was "
+                          "seeded (is it re-seeded, or is other randomness used, inside the function?).")
+
+
 def _judge_greedy(rows, greedy, shapes) -> None:
     what = "sample_next(logits, temperature=0)"
     for part in ("one", "batch"):
@@ -260,10 +309,12 @@ def _judge_sample(cases, greedy_rows):
         found = runs(data, len(cases))
         for case, run in zip(cases, found, strict=True):
             _judge_draws(*case, run)
+        _judge_unseeded(data.get("unseeded"))
         _judge_greedy(torch.tensor(greedy_rows), data.get("greedy"), data.get("shapes"))
         names = ", ".join(c[0] for c in cases)
         return (f"sample_next: {names}: the draws follow the intended distribution and repeat with the same "
-                "generator; temperature 0 is greedy (argmax), one row or a batch; the shapes are () and (N,).")
+                "generator, and with none, from the global generator as seeded; temperature 0 is greedy (argmax), one "
+                "row or a batch; the shapes are () and (N,).")
 
     return judge
 

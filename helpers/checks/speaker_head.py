@@ -77,9 +77,11 @@ def _probe(cases):
                     found.append(caught(exc))
                     continue
                 model.eval()
-                before = lengths_t.clone()
+                before, ids_before = lengths_t.clone(), ids.clone()
                 with torch.no_grad():
                     run = attempt(model, ids, lengths_t, sizes=sizes)
+                    run["ids_changed"] = int((ids != ids_before).sum())  # entries of the caller's ids it overwrote
+                    ids = ids_before  # the other calls get the ids as they were
                     if "out" in run:
                         run["padding_changed"] = attempt(model, other, lengths_t.clone(), sizes=sizes).get("out")
                         run["alone"] = [attempt(model, ids[b:b + 1], lengths_t[b:b + 1].clone(), sizes=sizes).get("out")
@@ -148,6 +150,11 @@ def _judge(cases):
             out, B = run.get("out"), len(lengths)
             if run.get("lengths_changed"):
                 raise CheckFailed(f"{what} changed the lengths tensor it was given in place: compute new tensors.")
+            if run.get("ids_changed"):
+                raise CheckFailed(f"{what} changed the ids tensor it was given in place ({run['ids_changed']} of its "
+                                  f"{ids.numel()} entries are other ids after the call): the caller's batch is theirs "
+                                  "(the next epoch, a loss on the same ids). Leave it alone; to ignore the padding, "
+                                  "mask the hidden states, or work on a copy (ids.clone()).")
             if not isinstance(out, torch.Tensor) or out.shape != expected.shape:
                 if isinstance(out, torch.Tensor) and tuple(out.shape) == (B, T, K):
                     raise CheckFailed(f"{what} returned shape {(B, T, K)}: a prediction for every position. Pool the hidden "
