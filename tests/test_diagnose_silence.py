@@ -155,8 +155,41 @@ HINT_CAUSE = {
                                "scores.masked_fill(future, 0)", {"B": 2, "T": 6}, 6, 2, 2),
     "_kept_no_axis": Clash([("x", randn(2, 6, 7)), ("mean", randn(2, 6))], "x - mean", SIZES, 7, 6, 2),
     "_unsqueezed": Clash([("x", randn(2, 6, 7)), ("pos", randn(6, 7))], "x + pos.unsqueeze(1)", SIZES, 2, 6, 0),
-    "_dropped_axis": Clash([("x", randn(2, 6, 7))], "x / total", SIZES, 6, 7, 2),
+    "_dropped_axis": Clash([("x", randn(2, 6, 7))], "x / x.sum(dim=-1)", SIZES, 6, 7, 2),
+    "_copied_into_other_sizes": Clash([("merged", torch.nn.Linear(12, 12)), ("base", torch.nn.Linear(12, 8))],
+                                      "merged.weight.copy_(base.weight + delta)", None, 12, 8, 0),
 }
+
+
+def test_a_dropped_axis_is_guessed_only_on_a_line_that_reduces_without_keepdim():
+    """The same shapes on a line with no reduction (or one that keeps its axis): no guess."""
+    for source in ("x / total", "x / x.sum(dim=-1, keepdim=True)"):
+        assert not dg.broadcast_hints(Clash([("x", randn(2, 6, 7))], source, SIZES, 6, 7, 2)), source
+
+
+# --- a size written into the failing line ----------------------------------------------------
+
+SHAPE_ERROR = RuntimeError("shape '[-1, 65]' is invalid for input of size 105")
+
+
+@pytest.mark.parametrize(("exc", "source", "values"), [
+    (SHAPE_ERROR, "logits.view(-1, V)", [("V", 7)]),  # the size variable holds this case's size
+    (SHAPE_ERROR, "logits.view(-1, 7)", []),  # a number that is one of this case's sizes
+    (SHAPE_ERROR, "x = torch.randn(3, generator=g) * 10", []),  # one digit, and a number outside a size call
+    (SHAPE_ERROR, "y = x.view(B, T, C)  # (B, T, 65)", [("B", 3), ("T", 5)]),  # a number in a comment
+    (ValueError("too many values to unpack (expected 3)"), "a, b, c = x.view(-1, 65)", []),  # not a shape error
+], ids=["variable", "a size of the case", "no size call", "comment", "other error"])
+def test_no_size_written_in_where_the_line_has_none(exc, source, values):
+    assert dg._sizes_written_in(exc, source, values, {"B": 3, "T": 5, "V": 7}) == []
+
+
+@pytest.mark.parametrize(("source", "values", "words"), [
+    ("logits.view(-1, 65)", [], "65 is written into that line"),
+    ("w.copy_(qkv[k * C : (k + 1) * C])", [("C", 768), ("k", 0)], "C = 768 on that line, but this case's C is 12"),
+], ids=["number", "variable"])
+def test_a_size_written_in_is_told(source, values, words):
+    told = dg._sizes_written_in(SHAPE_ERROR, source, values, {"B": 3, "T": 5, "V": 7, "C": 12})
+    assert len(told) == 1 and words in told[0] and dg.SIZE_WRITTEN_IN in told[0], told
 
 
 @pytest.mark.parametrize("hint", dg.BROADCAST_HINTS, ids=rule_name)

@@ -22,6 +22,7 @@ from helpers.checks.verdict import (
     load_weights,
     run_module,
     settled,
+    shared_modules,
     tolerance,
 )
 
@@ -133,7 +134,8 @@ def test_a_wrong_shape_is_settled_before_any_value():
 
 
 def test_known_weights_need_the_interface_names_and_shapes():
-    with pytest.raises(CheckFailed, match=r"exactly the parameters first.weight, second.weight \(keep the constructor as given\); it has \['first.weight'\]"):
+    with pytest.raises(CheckFailed, match=r"not the expected ones: missing second.weight\. It should have exactly "
+                                          r"first.weight, second.weight \(keep the constructor as given\); it has first.weight\."):
         load_weights(Tiny(), {"first.weight": torch.zeros(3, 3), "second.weight": torch.zeros(3, 3)}, "Tiny()")
     with pytest.raises(CheckFailed, match=r"stores a weight of shape \(out, in\)"):
         load_weights(Tiny(), {"first.weight": torch.zeros(3, 4)}, "Tiny()")
@@ -150,8 +152,37 @@ class Listed(nn.Module):
 def test_modules_in_a_python_list_are_named_as_unregistered():
     with pytest.raises(CheckFailed) as failed:
         load_weights(Listed(), {"layers.0.weight": torch.zeros(3, 3), "layers.1.weight": torch.zeros(3, 3)}, "Listed()")
-    assert "it has []. layers (a Python list) holds modules that PyTorch does not register" in str(failed.value)
+    assert "missing layers.0.weight, layers.1.weight. layers (a Python list) holds modules that PyTorch does not register" \
+        in str(failed.value)
     assert "nn.ModuleList" in str(failed.value) and "_modules" not in str(failed.value)
+
+
+class Repeated(nn.Module):
+    """One layer object in a ModuleList twice, and one assigned to two attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3, bias=False)] * 2)
+        self.gate = self.up = nn.Linear(3, 3, bias=False)
+
+
+class Tied(nn.Module):
+    """Two modules that share one weight tensor (a tie), each its own module."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(3, 3)
+        self.head = nn.Linear(3, 3, bias=False)
+        self.head.weight = self.table.weight
+
+
+def test_one_module_under_several_names_is_named_and_a_tied_weight_is_not():
+    names = ["layers.0.weight", "layers.1.weight", "gate.weight", "up.weight"]
+    with pytest.raises(CheckFailed) as failed:
+        load_weights(Repeated(), {n: torch.zeros(3, 3) for n in names}, "Repeated()")
+    assert "missing layers.1.weight, up.weight" in str(failed.value)
+    assert "registered under several names: layers.0 and layers.1; and gate and up" in str(failed.value)
+    assert shared_modules(Tied()) == ""
 
 
 class PlainScale(nn.Module):

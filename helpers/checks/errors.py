@@ -21,7 +21,7 @@ import os
 import torch
 
 from helpers.checks.core import CheckFailed, close, describe
-from helpers.checks.diagnose import case_sizes, explain_exception, outside_modules
+from helpers.checks.diagnose import SIZE_WRITTEN_IN, case_sizes, explain_exception, outside_modules
 
 _ITSELF = "\n(The error itself: "
 
@@ -65,8 +65,8 @@ def raise_caught(what: str, run, hints=(), hint: str = "") -> None:
     error = str(run["error"])
     explained = run.get("explained") if isinstance(run.get("explained"), str) else ""
     told = f"{error}\n{explained}"  # the error and the explanation's lines (the tensors on the failing line)
-    matched = next((h for needle, h in hints if any(n in told for n in ([needle] if isinstance(needle, str) else needle))),
-                   None)
+    matched = None if SIZE_WRITTEN_IN in explained else next(  # a size written in is the cause: no guess beside it
+        (h for needle, h in hints if any(n in told for n in ([needle] if isinstance(needle, str) else needle))), None)
     raise CheckFailed("\n".join(x for x in (f"{what} raised {error}", explained, hint.strip(), matched) if x))
 
 

@@ -27,7 +27,7 @@ from helpers.checks.core import (
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import explain_mismatch
+from helpers.checks.diagnose import SIZE_WRITTEN_IN, explain_mismatch
 from helpers.checks.errors import attempt, caught, raise_caught
 from helpers.checks.gpt2_format import (
     WatchedCheckpoint,
@@ -268,7 +268,7 @@ def _probe_load(cases):
                 tied = model.lm_head.weight is model.word_to_embedding.weight
                 outputs = sublayer_outputs(model, _ids(case))
             except Exception as exc:  # noqa: BLE001 - the error is evidence
-                runs.append({**caught(exc), **key_error_facts(load_gpt2_state_dict, lambda c=case: _fresh_model(c), checkpoint, exc)})
+                runs.append({**caught(exc, {"V": V, "C": C}), **key_error_facts(load_gpt2_state_dict, lambda c=case: _fresh_model(c), checkpoint, exc)})
                 continue
             runs.append({"params": params, "tied": tied, "outputs": outputs})
         return {"runs": runs}
@@ -283,7 +283,7 @@ def _load_hint(error: str, case, run: dict) -> str:
     if re.search(r"(?<!c_)attn\.(masked_)?bias", error):
         return "attn.bias and attn.masked_bias are buffers (a causal mask and a constant), not weights; skip them."
     sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", error)
-    if sizes and {int(sizes[1]), int(sizes[2])} in ({C, 3 * C}, {C, 4 * C}):
+    if sizes and {int(sizes[1]), int(sizes[2])} in ({C, 3 * C}, {C, 4 * C}) and SIZE_WRITTEN_IN not in str(run.get("explained")):
         return ("A weight does not fit its module. GPT-2's Conv1D weights are stored (in, out); nn.Linear's are "
                 "(out, in): transpose them.")
     key = re.fullmatch(r"KeyError: '(.*)'", error)

@@ -21,7 +21,9 @@ exercise must also hold, and where it is checked:
   ``causal``'s second call on one token more).
 * **a function handed a generator** (``sample_next``; ``get_batch``'s check compares the states
   itself): the generator is its only randomness, so PyTorch's global generator is where it was
-  after the call: :func:`rng_watch` on the probe's side, :func:`judge_rng` on the judge's.
+  after the call: :func:`rng_watch` on the probe's side, :func:`judge_rng` on the judge's; and
+  handed none, it draws from the global generator as the caller seeded it: :func:`unseeded_calls`,
+  :func:`judge_unseeded`.
 * **a training step**: it may be handed a model whose parameters already hold gradients (a
   backward() of the caller's, an accumulation): :func:`stale_gradients`.
 """
@@ -201,6 +203,42 @@ def judge_rng(found, what: str) -> None:
         f"{what} drew random numbers from PyTorch's global generator (its state moved during the call, with a "
         "generator passed in): the generator passed in must be the only randomness it uses. Pass "
         "generator=generator to every draw (torch.multinomial, torch.rand, torch.randint, ...).")
+
+
+def unseeded_calls(call, fn) -> dict:
+    """Probe side, for a function whose generator is optional: ``call()`` (the function with none)
+    twice, each time after ``torch.manual_seed(11)``: what each gave, whether each moved PyTorch's
+    global generator, and whether one of ``fn``'s default arguments is a generator."""
+    found: dict = {}
+    for key in ("first", "second"):
+        torch.manual_seed(11)
+        start = torch.get_rng_state()
+        found[key] = call()
+        found[f"{key}_moved"] = not torch.equal(start, torch.get_rng_state())
+    defaults = (*(getattr(fn, "__defaults__", None) or ()), *(getattr(fn, "__kwdefaults__", None) or {}).values())
+    found["default_generator"] = any(isinstance(value, torch.Generator) for value in defaults)
+    return found
+
+
+def judge_unseeded(found, what: str) -> None:
+    """Judge side: with no generator, the draws come from PyTorch's global generator, so a caller's
+    ``torch.manual_seed`` makes them repeat (:func:`unseeded_calls`' two calls drew the same)."""
+    first, second = ((found.get(k) or {}).get("out") for k in ("first", "second"))
+    if not isinstance(first, torch.Tensor) or not isinstance(second, torch.Tensor) or first.shape != second.shape:
+        return  # the outputs themselves are judged with a generator
+    differ = "" if torch.equal(first, second) else f" (the two calls differ in {int((first != second).sum())} of {first.numel()} entries)"
+    if found.get("first_moved") is False:
+        cause = (" Its default value for generator is a torch.Generator, made once, when the def line ran (a default "
+                 "argument is evaluated once, not at each call): every call without a generator draws from that one "
+                 "object, whatever the caller seeded. Default to None: with generator=None, PyTorch's draws use the "
+                 "global generator." if found.get("default_generator") else " Without a generator, draw with "
+                 "generator=None: PyTorch then uses its global generator, the one torch.manual_seed seeds.")
+        raise CheckFailed(f"{what}: the draws did not come from PyTorch's global generator (its state did not move "
+                          f"during the call), so a caller's torch.manual_seed cannot make them repeat{differ}.{cause}")
+    if differ:
+        raise CheckFailed(f"{what}: the two calls gave different results{differ}, though the global generator was seeded "
+                          "the same way before each: with no generator, the draws must come from the global generator "
+                          "alone, as it was seeded (is it re-seeded, or is other randomness used, inside the function?).")
 
 
 # ---------------------------------------------------------------------------------------------

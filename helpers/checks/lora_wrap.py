@@ -215,7 +215,9 @@ def _probe_merge(cases):
                 found.append(caught(exc))
                 continue
             kept = [n for n, m in model.named_modules() if isinstance(m, LoRALinear) and n in before]
-            run = {"same_model": result is model, "returned": describe(result), "dotted": _dotted(model),
+            copied = isinstance(result, nn.Module) and result is not model and not any(  # merged, but on another model
+                isinstance(m, LoRALinear) or hasattr(m, "lora_A") for m in result.modules())
+            run = {"same_model": result is model, "returned": describe(result), "dotted": _dotted(model), "copied": copied,
                    "merged_in_place": [n for n in kept if not torch.equal(before[n], model.get_submodule(n).base.weight)],
                    "left": [n for n, m in model.named_modules() if isinstance(m, LoRALinear) or hasattr(m, "lora_A")],
                    "params": {n: list(p.shape) for n, p in model.named_parameters()},
@@ -268,6 +270,10 @@ def _judge_merge(cases):
                 if merged:
                     found = (f" Their base layers' weights did change ({', '.join(map(str, merged[:2]))}): the merge was "
                              "computed, but each adapter still sits in its place and still adds its update.")
+                elif run.get("copied") is True:
+                    found = (" It returned another model object, in which no adapter is left: the merge was done on a "
+                             "copy, and the model it was given keeps its adapters. Merge in place: replace the adapters "
+                             "of the model given (setattr on their parents), then return that model.")
                 else:
                     found = (f" None of the {len(names)} was replaced or changed, and each sits {names[0].count('.') + 1} "
                              "modules deep (layers.i.attention...): does your search reach every depth? named_modules() "

@@ -26,7 +26,7 @@ from helpers.checks.core import (
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.llama_format import KnownGoodRotaryAttention, known_good_parts, llama_config
-from helpers.checks.verdict import tolerance
+from helpers.checks.verdict import shared_modules, tolerance
 from helpers.reference import modern_block as ref
 from helpers.reference import transformer_layer, transformer_lm
 
@@ -109,7 +109,7 @@ def _probe_options(cases):
                     found.append(caught(exc))
                     continue
             shapes = _shapes(block)
-            run = {"shapes": {n: list(s) for n, s in shapes.items()}, **_facts(block)}
+            run = {"shapes": {n: list(s) for n, s in shapes.items()}, **_facts(block), "shared": shared_modules(block)}
             x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64).to(dtype)
             weights = _block_weights(shapes, seed)
             try:
@@ -179,7 +179,8 @@ def _layout_told(got: dict, want: dict, case, run: dict) -> str:
         found.append("the attention's maps have biases: Llama's have none")
     if found:
         return "; ".join(found)
-    return f"its parameters differ from the reference's: extra {extra or 'none'}, missing {missing or 'none'}"
+    return (f"its parameters differ from the reference's: extra {extra or 'none'}, missing {missing or 'none'}."
+            + str(run.get("shared") or "")[:600]).rstrip(".")
 
 
 def _built_told(case, run: dict) -> list[tuple[str, dict]]:

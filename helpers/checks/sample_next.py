@@ -17,7 +17,7 @@ import torch
 from helpers.checks.core import Check, CheckFailed, describe, expect_callable, need, runs
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
-from helpers.checks.invariants import judge_rng, rng_watch
+from helpers.checks.invariants import judge_rng, judge_unseeded, rng_watch, unseeded_calls
 from helpers.checks.sampling_mistakes import top_k_expected, top_p_expected
 from helpers.reference import sampling as ref
 
@@ -108,15 +108,25 @@ def _share_pattern(row, want: torch.Tensor, share: torch.Tensor) -> str | None:
 
 
 @contextmanager
-def _course_filters(sample_next):
+def _course_filters(sample_next, calls: list):
     """While active, ``sample_next`` finds the course's filters under the notebook's names: a
-    mistake in those is counted by their own checks, not a second time here."""
+    mistake in those is counted by their own checks, not a second time here. Each call appends
+    ``[filter name, the value it was given]`` to ``calls``."""
     scope = getattr(sample_next, "__globals__", None)
     scope = scope if isinstance(scope, dict) else {}
+
+    def recorded(name, fn):
+        def call(logits, value):
+            plain = value if value is None or isinstance(value, (int, float)) else repr(value)[:40]
+            calls.append([name, plain])
+            return fn(logits, value)
+
+        return call
+
     replacements = {
-        "apply_temperature": lambda logits, temperature: logits / temperature,
-        "top_k_filter": top_k_expected,
-        "top_p_filter": lambda logits, p: top_p_expected(logits, p).to(logits.dtype),
+        "apply_temperature": recorded("apply_temperature", lambda logits, temperature: logits / temperature),
+        "top_k_filter": recorded("top_k_filter", top_k_expected),
+        "top_p_filter": recorded("top_p_filter", lambda logits, p: top_p_expected(logits, p).to(logits.dtype)),
     }
     saved = {name: scope[name] for name in replacements if name in scope}
     scope.update({name: replacements[name] for name in saved})
@@ -137,15 +147,17 @@ def _call(fn, sizes, *args, **kwargs) -> dict:
 def _probe_sample(cases, greedy_rows):
     def probe(sample_next) -> dict:
         expect_callable(sample_next, "sample_next")
-        with _course_filters(sample_next):
+        calls: list = []
+        with _course_filters(sample_next, calls):
             runs = []
             for _, row, temperature, top_k, top_p in cases:
                 logits = torch.tensor(row, dtype=torch.float32).expand(N_DRAWS, len(row)).clone()  # (N, V)
                 options = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
                 sizes = {"N": N_DRAWS, "V": len(row)}
+                start = len(calls)
                 with rng_watch() as rng:  # the generator passed in must be the only randomness used
                     run = _call(sample_next, sizes, logits, **options, generator=torch.Generator().manual_seed(7))
-                run["rng"] = rng
+                run["rng"], run["filters"] = rng, calls[start:]
                 torch.rand(3)  # move the global generator on: only the given generator may matter
                 if "out" in run:
                     again = _call(sample_next, sizes, logits[:50], **options, generator=torch.Generator().manual_seed(7))
@@ -154,29 +166,16 @@ def _probe_sample(cases, greedy_rows):
             rows = torch.tensor(greedy_rows)
             sizes, draw = {"N": len(greedy_rows), "V": rows.shape[1]}, {"top_k": None, "top_p": None}
             shapes = {"one row": rows[0], "a batch of one row": rows[:1]}  # drawn, temperature 1
-            return {"runs": runs, "unseeded": _unseeded(sample_next, cases[0][1]), "greedy": {
+            row = torch.tensor(cases[0][1], dtype=torch.float32).expand(UNSEEDED_ROWS, len(cases[0][1])).clone()
+            unseeded = unseeded_calls(lambda: _call(sample_next, {"N": UNSEEDED_ROWS, "V": row.shape[1]}, row,
+                                                    temperature=1.0, top_k=None, top_p=None), sample_next)
+            return {"runs": runs, "unseeded": unseeded, "greedy": {
                 "one": _call(sample_next, sizes, rows[0], temperature=0.0, **draw, generator=torch.Generator().manual_seed(1)),
                 "batch": _call(sample_next, sizes, rows, temperature=0.0, **draw, generator=torch.Generator().manual_seed(1)),
             }, "shapes": {k: _call(sample_next, sizes, v, temperature=1.0, **draw, generator=torch.Generator().manual_seed(2))
                           for k, v in shapes.items()}}
 
     return probe
-
-
-def _unseeded(sample_next, row) -> dict:
-    """Probe side: two calls with no generator, each after ``torch.manual_seed(11)``: the draws,
-    whether each moved PyTorch's global generator, and whether a default argument is a generator."""
-    logits = torch.tensor(row, dtype=torch.float32).expand(UNSEEDED_ROWS, len(row)).clone()  # (N, V)
-    found: dict = {}
-    for key in ("first", "second"):
-        torch.manual_seed(11)
-        start = torch.get_rng_state()
-        found[key] = _call(sample_next, {"N": UNSEEDED_ROWS, "V": len(row)}, logits, temperature=1.0, top_k=None, top_p=None)
-        found[f"{key}_moved"] = not torch.equal(start, torch.get_rng_state())
-    defaults = (*(getattr(sample_next, "__defaults__", None) or ()),
-                *(getattr(sample_next, "__kwdefaults__", None) or {}).values())
-    found["default_generator"] = any(isinstance(value, torch.Generator) for value in defaults)
-    return found
 
 
 SAMPLE_ERRORS = [
@@ -189,9 +188,25 @@ GREEDY_HINT = [("", "Temperature 0 means greedy: return the id of the largest lo
                     "the temperature.")]
 
 
+def _filter_arguments(what, temperature, top_k, top_p, run) -> None:
+    """Fail when a filter was called with another value than its own option: the value it got, and
+    which option holds that value when one does (read from the calls, not guessed)."""
+    options = {"apply_temperature": ("temperature", temperature), "top_k_filter": ("top_k", top_k),
+               "top_p_filter": ("top_p", top_p)}
+    for name, value in run.get("filters") or []:
+        option, want = options.get(name, (None, None))
+        if option is None or value == want:
+            continue
+        holder = next((o for o, v in options.values() if o != option and v == value), None)
+        raise CheckFailed(f"{what}: {name} was called with {value!r}, not with {option} = {want!r}"
+                          + (f"; {value!r} is {holder}'s value here: is {holder} passed where {option} belongs?" if holder
+                             else "") + f" Pass each option to its own filter: {name}(logits, {option}).")
+
+
 def _judge_draws(name, row, temperature, top_k, top_p, run) -> None:
     V = len(row)
     what = f"sample_next on {N_DRAWS} copies of one row of {V} logits with {name} (temperature={temperature}, top_k={top_k}, top_p={top_p})"
+    _filter_arguments(what, temperature, top_k, top_p, run)
     raise_caught(what, run, SAMPLE_ERRORS)
     draws = run.get("out")
     if isinstance(draws, torch.Tensor) and tuple(draws.shape) == (N_DRAWS, 1):
@@ -231,38 +246,6 @@ def _judge_draws(name, row, temperature, top_k, top_p, run) -> None:
     pattern = _share_pattern(row, want, share) or ("the tokens do not follow the intended distribution (temperature, "
                                                    "then top-k, then top-p, then softmax)")
     raise CheckFailed(f"{what}: {pattern}. Intended vs measured share of each token: {table}.")
-
-
-def _judge_unseeded(found) -> None:
-    """With no generator the draws come from PyTorch's global generator, so a caller's
-    torch.manual_seed makes them repeat."""
-    if not isinstance(found, dict):
-        return
-    what = "sample_next(logits, temperature=1.0) with no generator, called twice, each time after torch.manual_seed(11)"
-    raise_caught(what, found.get("first"), SAMPLE_ERRORS)
-    raise_caught(what, found.get("second"), SAMPLE_ERRORS)
-    first, second = (found.get(k, {}).get("out") for k in ("first", "second"))
-    if not isinstance(first, torch.Tensor) or not isinstance(second, torch.Tensor) or first.shape != second.shape:
-        return  # the shapes are judged with a generator, above
-    same = torch.equal(first, second)
-    if found.get("first_moved") is False:
-        if found.get("default_generator"):
-            cause = (" Its default value for generator is a torch.Generator, made once, when the def line ran (a "
-                     "default argument is evaluated once, not at each call): every call without a generator draws "
-                     "from that one object, whatever the caller seeded. Default to None: torch.multinomial(..., "
-                     "generator=None) draws from the global generator.")
-        else:
-            cause = (" Without a generator, draw with generator=None: torch.multinomial then uses PyTorch's global "
-                     "generator, the one torch.manual_seed seeds.")
-        raise CheckFailed(f"{what}: the draws did not come from PyTorch's global generator (its state did not move "
-                          "during the call), so a caller's torch.manual_seed cannot make them repeat"
-                          + ("" if same else f" (the two calls drew different tokens: {int((first != second).sum())} "
-                             f"of {first.numel()} rows differ)") + "." + cause)
-    if not same:
-        raise CheckFailed(f"{what}: the two calls drew different tokens ({int((first != second).sum())} of "
-                          f"{first.numel()} rows differ), though the global generator was seeded the same way before "
-                          "each: with no generator, the draws must come from the global generator alone, as it was "
-                          "seeded (is it re-seeded, or is other randomness used, inside the function?).")
 
 
 def _judge_greedy(rows, greedy, shapes) -> None:
@@ -309,7 +292,11 @@ def _judge_sample(cases, greedy_rows):
         found = runs(data, len(cases))
         for case, run in zip(cases, found, strict=True):
             _judge_draws(*case, run)
-        _judge_unseeded(data.get("unseeded"))
+        unseeded = data.get("unseeded") if isinstance(data.get("unseeded"), dict) else {}
+        what = "sample_next(logits, temperature=1.0) with no generator, called twice, each time after torch.manual_seed(11)"
+        for key in ("first", "second"):
+            raise_caught(what, unseeded.get(key), SAMPLE_ERRORS)
+        judge_unseeded(unseeded, what)
         _judge_greedy(torch.tensor(greedy_rows), data.get("greedy"), data.get("shapes"))
         names = ", ".join(c[0] for c in cases)
         return (f"sample_next: {names}: the draws follow the intended distribution and repeat with the same "

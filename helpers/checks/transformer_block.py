@@ -24,7 +24,14 @@ from helpers.checks.core import (
 )
 from helpers.checks.diagnose import _gloss, case_sizes, trace, unused_outputs
 from helpers.checks.transformer_layer_mistakes import DEFAULT_EPS, block_variants
-from helpers.checks.verdict import first_leak, gradients, judge_output, tolerance, unregistered
+from helpers.checks.verdict import (
+    first_leak,
+    gradients,
+    judge_output,
+    names_told,
+    tolerance,
+    unregistered,
+)
 from helpers.reference import transformer_layer as ref
 
 # Check.__call__ and Check.record run every probe and judge inside torch.random.fork_rng: building
@@ -107,8 +114,9 @@ def _run_block_case(block_class, seed, batch, T, C, hs, nh, n_hidden, dtype) -> 
     names = sorted(name for name, _ in block.named_parameters())
     if names != sorted(weights):
         raise CheckFailed(
-            f"{block_class.__name__}({C}, {hs}, {nh}, {n_hidden}) should have exactly the parameters "
-            f"{', '.join(weights)} (keep the constructor as given); it has {names}.{unregistered(block)}"
+            f"{block_class.__name__}({C}, {hs}, {nh}, {n_hidden}): its parameters are not the expected ones: "
+            f"{names_told(list(weights), names)}.{unregistered(block)} It should have exactly {', '.join(weights)} "
+            f"(keep the constructor as given); it has {', '.join(names) or 'none'}."
         )
     block = block.to(dtype)
     with torch.no_grad():

@@ -34,6 +34,7 @@ from helpers.checks.verdict import (
     gradients,
     inside,
     judge_gradients,
+    names_told,
     tolerance,
     unregistered,
 )
@@ -204,9 +205,16 @@ def _judge_lm(cases):
                 if sorted(map(tuple, got_shapes)) != sorted(shapes):
                     want = ", ".join(f"{n} {tuple(s)}" for n, s in shapes)
                     have = ", ".join(f"{n} {tuple(s)}" for n, s in got_shapes)
+                    names = [n for n, _ in got_shapes if isinstance(n, str)]
+                    told = names_told([n for n, _ in shapes], names)
+                    switch = next((f" This config has {field}={value}: the given constructor builds {field} only when "
+                                   f"config.{field} is true." for field, value in fields.items()
+                                   if value is False and any(n.startswith(f"{field}.") for n in names)
+                                   and not any(n.startswith(f"{field}.") for n, _ in shapes)), "")
                     raise CheckFailed(
-                        f"{what} should have the parameters {want} (keep the constructor as given); "
-                        f"it has {have}.{str(run.get('unregistered') or '')[:600]}"
+                        f"{what}: its parameters are not the given constructor's: {told or 'other shapes'}.{switch}"
+                        f"{str(run.get('unregistered') or '')[:600]} Expected (keep the constructor as given): {want}; "
+                        f"it has {have}."
                     )
                 saved = run.get("saved")
                 if isinstance(saved, list) and saved:

@@ -151,8 +151,9 @@ def load_weights(module, weights: dict[str, torch.Tensor], what: str, layout: st
     exactly these names and shapes (``layout``: what the given constructor builds)."""
     names = sorted(name for name, _ in module.named_parameters())
     if names != sorted(weights):
-        raise CheckFailed(f"{what} should have exactly the parameters {', '.join(sorted(weights))} ({layout}); "
-                          f"it has {names}.{unregistered(module)}")
+        raise CheckFailed(f"{what}: its parameters are not the expected ones: {names_told(sorted(weights), names)}."
+                          f"{unregistered(module)} It should have exactly {', '.join(sorted(weights))} ({layout}); "
+                          f"it has {', '.join(names) or 'none'}.")
     with torch.no_grad():
         for name, param in module.named_parameters():
             if tuple(param.shape) != tuple(weights[name].shape):
@@ -162,9 +163,40 @@ def load_weights(module, weights: dict[str, torch.Tensor], what: str, layout: st
             param.copy_(weights[name])
 
 
+def names_told(want, have) -> str:
+    """Two lists of parameter names, told by what differs: the missing and the unexpected ones."""
+    missing, extra = [n for n in want if n not in set(have)], [n for n in have if n not in set(want)]
+    parts = [f"missing {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}" if missing else "",
+             f"not expected {', '.join(extra[:6])}{' ...' if len(extra) > 6 else ''}" if extra else ""]
+    return "; ".join(p for p in parts if p)
+
+
+def shared_modules(module) -> str:
+    """Sub-modules registered under several names, in words: one object in two places (``[block] * n``,
+    ``self.a = self.b = nn.Linear(...)``) is listed once by ``named_parameters``, and every place
+    computes with the same weights."""
+    places: dict[int, list[str]] = {}
+    for name, sub in module.named_modules(remove_duplicate=False):
+        if name:
+            places.setdefault(id(sub), []).append(name)
+    groups = [names for names in places.values() if len(names) > 1]
+    groups = [g for g in groups if not any(other is not g and all(  # the outermost shared module only
+        any(n.startswith(f"{o}.") for o in other) for n in g) for other in groups)]
+    if not groups:
+        return ""
+    def joined(names: list[str]) -> str:
+        return (", ".join(names[:-1]) + " and " + names[-1]) if len(names) <= 4 else f"{', '.join(names[:3])} ... {names[-1]}"
+
+    told = "; and ".join(joined(g) for g in groups[:2])
+    return (f" One and the same module object is registered under several names: {told} (a list made with [module] * n, "
+            "or one module assigned to two attributes). PyTorch lists its parameters once, and every place computes with the "
+            "same weights. Build a new module for each place (a list comprehension calls the constructor each time).")
+
+
 def unregistered(module) -> str:
     """What the module keeps where PyTorch does not look, in words: sub-modules in a plain list,
-    tuple or dict attribute, and float tensors that are plain attributes instead of Parameters."""
+    tuple or dict attribute, float tensors that are plain attributes instead of Parameters, and
+    sub-modules registered under several names (:func:`shared_modules`)."""
     lists, tensors = [], []
     for prefix, owner in module.named_modules():
         for attr, value in vars(owner).items():
@@ -185,7 +217,7 @@ def unregistered(module) -> str:
         told += (f" {', '.join(tensors[:3])} {'is a plain tensor, not a parameter' if one else 'are plain tensors, not parameters'}"
                  f": the optimizer never sees {'it' if one else 'them'}. Wrap {'it' if one else 'each'}: "
                  "nn.Parameter(torch.ones(C)).")
-    return told
+    return told + shared_modules(module)
 
 
 def settled(out, expected: torch.Tensor, diagnosis: dict, dtype_too: bool = False) -> tuple[str, str]:

@@ -26,7 +26,9 @@ Shape legend: B batch, T time (sequence length), C embedding size (emb_dim), V v
 from helpers.checks.diagnose.case import _Case, _where
 from helpers.checks.diagnose.clashes import ALTERNATIVES, BROADCAST_HINTS, Clash, broadcast_hints
 from helpers.checks.diagnose.exceptions import (
+    SIZE_WRITTEN_IN,
     Explained,
+    _sizes_written_in,
     explain_error,
     explain_exception,
     explain_parts,
@@ -79,6 +81,7 @@ __all__ = [
     "LEGEND",
     "NOTHING",
     "RULES",
+    "SIZE_WRITTEN_IN",
     "Clash",
     "Explained",
     "Finding",
@@ -87,6 +90,7 @@ __all__ = [
     "_gloss",
     "_is_student",
     "_meaning",
+    "_sizes_written_in",
     "_where",
     "broadcast_hints",
     "case_sizes",

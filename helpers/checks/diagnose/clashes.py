@@ -51,10 +51,17 @@ def _kept_no_axis(clash: Clash) -> Finding:
     return NOTHING
 
 
+_REDUCTION = re.compile(r"\.(sum|mean|max|min|amax|amin|var|std|norm|prod|logsumexp|argmax|argmin)\(|"
+                        r"\btorch\.(sum|mean|max|min|amax|amin|var|std|norm|prod|logsumexp)\(")
+
+
 def _dropped_axis(clash: Clash) -> Finding:
     """Sizes ``a`` and ``b`` clash where a tensor of the line, shape (..., a or b, b or a), met itself
     reduced over its last axis: a sum/mean/max without keepdim=True drops the axis, and what is left
-    lines up against the wrong one."""
+    lines up against the wrong one. Only on a line that reduces something without keepdim=True."""
+    code = clash.source.split("#")[0]
+    if not _REDUCTION.search(code) or "keepdim=True" in code.replace(" ", ""):
+        return NOTHING
     a, b = clash.a, clash.b
     for name, value in clash.values:
         if isinstance(value, torch.Tensor) and value.dim() >= 2 and a != b and {a, b} == set(value.shape[-2:]):
@@ -152,6 +159,24 @@ def _operation(source: str, values=()) -> str:
     return "An elementwise operation (+, -, *, /, masked_fill, where…) lines two tensors up from their last axis"
 
 
+def _copied_into_other_sizes(clash: Clash) -> Finding:
+    """``dest.weight.copy_(...)`` where ``dest`` is an nn.Linear and another nn.Linear of the line,
+    whose weight is copied, has other sizes: the destination layer was built with the wrong sizes."""
+    m = re.search(r"([\w.]+)\.weight\.copy_\(", clash.source.split("#")[0])
+    layers = {name: v for name, v in clash.values if isinstance(v, torch.nn.Linear)}
+    dest = layers.get(m.group(1)) if m else None
+    if dest is None:
+        return NOTHING
+    for name, layer in layers.items():
+        if layer is not dest and f"{name}.weight" in clash.source and layer.weight.shape != dest.weight.shape:
+            return Finding(f" {m.group(1)} is nn.Linear(in_features={dest.in_features}, out_features={dest.out_features}), "
+                           f"but {name}, whose weight this line copies, is nn.Linear(in_features={layer.in_features}, "
+                           f"out_features={layer.out_features}): {m.group(1)} was built with other sizes. Build it with "
+                           f"{name}'s: nn.Linear({name}.in_features, {name}.out_features).",
+                           "a layer built with other sizes")
+    return NOTHING
+
+
 def _reversed_axes(clash: Clash) -> Finding:
     """``t.T`` on a tensor of more than two axes reverses them all: rarely what was meant."""
     for name, value in clash.values:
@@ -173,7 +198,7 @@ def _ids_into_linear(values, linear: bool) -> str:
 
 #: the hints tried one after another: the first that finds something is told
 ALTERNATIVES: list[Callable[[Clash], Finding]] = [
-    _transposed_pair, _outer_pair, _built_from_batch, _kept_no_axis, _unsqueezed, _dropped_axis,
+    _copied_into_other_sizes, _transposed_pair, _outer_pair, _built_from_batch, _kept_no_axis, _unsqueezed, _dropped_axis,
 ]
 
 #: every hint of a broadcasting clash (tests/test_diagnose_silence.py runs each where its cause is absent)

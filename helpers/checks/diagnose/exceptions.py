@@ -107,10 +107,41 @@ def explain_error(exc: BaseException, sizes=None, axes_of=None) -> Explained:
     outside = outside_told(getattr(exc, "course_outside", None))  # the cause; what PyTorch says follows from it
     if outside:
         lines.append(outside[0].upper() + outside[1:])
-    meaning = _meaning(exc, sizes, values, source or "")
+    written = _sizes_written_in(exc, source or "", values, sizes)
+    lines.extend(written)
+    meaning = _meaning(exc, sizes, values, source or "", guesses=not written)
     if meaning:
         lines.append(meaning.established)
-    return Explained(lines, "a layer built outside the module" if outside else meaning.cause)
+    return Explained(lines, "a layer built outside the module" if outside else "a size written in" if written
+                     else meaning.cause)
+
+
+#: the words of :func:`_sizes_written_in`'s finding; a check's own guesses about the error give way to it
+SIZE_WRITTEN_IN = "a size fixed in the code fits one model or text only"
+_SHAPE_ERROR = re.compile(r"shape|size|must match|invalid for input|cannot be multiplied|out of range", re.I)
+_SIZE_CALL = re.compile(r"\b(?:view|reshape|expand|repeat|Linear|Embedding|zeros|ones|empty|full|randn|rand|arange|"
+                        r"new_zeros|new_ones|new_empty|split|unflatten)\s*\(([^()]*)\)")
+
+
+def _sizes_written_in(exc: BaseException, source: str, values, sizes) -> list[str]:
+    """A shape error on a line that names a size the case does not have: a variable named after a
+    legend letter (``C``, ``V``) holding another number than this case's, or a number of two digits
+    or more written into a call that takes sizes (``view(-1, 65)``) that is none of this case's sizes."""
+    if not sizes or not source or not _SHAPE_ERROR.search(str(exc)):
+        return []
+    code = re.sub(r"#.*", "", re.sub(r"(['\"]).*?\1", "''", source))
+    known = ", ".join(f"{k} = {v}" for k, v in sizes.items())
+    for name, value in values:
+        if name in sizes and isinstance(value, int) and not isinstance(value, bool) and value != sizes[name]:
+            return [f"{name} = {value} on that line, but this case's {name} is {sizes[name]} (the sizes here: {known}): "
+                    f"{SIZE_WRITTEN_IN}, and one read from another object fits that object only. Take {name} from the "
+                    "tensors this call is given (their .shape) or from the config."]
+    for args in _SIZE_CALL.findall(code):
+        for number in re.findall(r"(?<![\w.=])(\d{2,})(?![\w.])", args):
+            if int(number) not in sizes.values():
+                return [f"{number} is written into that line as a size, and no size of this case is {number} (the sizes "
+                        f"here: {known}): {SIZE_WRITTEN_IN}. Read the size from the tensors (their .shape) or the config."]
+    return []
 
 
 def _axis_too_many(described: list[str]) -> list[str]:

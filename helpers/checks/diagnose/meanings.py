@@ -13,9 +13,10 @@ from helpers.checks.diagnose.finding import NOTHING, Finding
 from helpers.checks.diagnose.words import _letter
 
 
-def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> Finding:
+def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bool = True) -> Finding:
     """What PyTorch's (or Python's) message says should have matched, in the course's words;
-    ``values``: (name, value) of what the failing line names; ``source``: that line."""
+    ``values``: (name, value) of what the failing line names; ``source``: that line; ``guesses``:
+    False when the cause is established already (the broadcasting clash's hints are left out)."""
     text = str(exc)
 
     def n(size) -> str:
@@ -56,7 +57,7 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "") -> Finding:
         return Finding(
             f"{_operation(source, values)}: at dimension {k} of the broadcast shape one has size {n(a)}, the other "
             f"{n(b)}; they must be equal, or one of them 1."
-        ) + broadcast_hints(Clash(list(values), source, sizes, int(a), int(b), int(k)))
+        ) + (broadcast_hints(Clash(list(values), source, sizes, int(a), int(b), int(k))) if guesses else NOTHING)
     m = re.search(r"expected scalar type (\w+) but found (\w+)", text) or re.search(
         r"expected (?:m1 and m2|mat1 and mat2|both vectors|self and \w+) to have the same dtype, but got:? (\w+) != (\w+)", text
     ) or re.search(r"[Ff]ound dtype (\w+) but expected (\w+)", text) or re.search(
