@@ -161,6 +161,9 @@ def grade_class(
     graded: list[tuple[str, str, str]] = []
     todo: list[Job] = []
     keys: dict[tuple[str, str], tuple[str, Path]] = {}
+    # a notebook whose key is another's of this run (the same bytes, lesson and limits: the blank
+    # release handed in by several students, say) is graded once, and its result given to each
+    twins: dict[str, list[tuple[str, Path]]] = {}
     for student, lesson in work:
         path = picks[(student, lesson.assignment)].path
         key = cache_key(fingerprint, lesson, path, limits, mode)
@@ -170,9 +173,12 @@ def grade_class(
         if cached is not None:
             results.append(cached)
             rows.append(timing_row(Timing(student, lesson.assignment, "cache")))
+        elif key in twins:
+            twins[key].append((student, cache_file))
         else:
             todo.append(Job(student, lesson, path))
             keys[(student, lesson.assignment)] = (key, cache_file)
+            twins[key] = []
     if progress and shard is not None:
         print(f"shard {shard[0]}/{shard[1]}: {len(students)} of {len(roster)} students", file=sys.stderr)
     if progress and results:
@@ -180,14 +186,22 @@ def grade_class(
     if todo:
         pool = make_executor(executor, root, course, chosen, mode, [submitted, out], jobs, fingerprint)
         try:
+            same = sum(map(len, twins.values()))
             if progress:
-                print(f"grading {len(todo)} notebooks with {pool.describe()}", file=sys.stderr)
+                print(f"grading {len(todo) + same} notebooks with {pool.describe()}"
+                      + (f" ({same} of them the same file as another's: each such file is graded once)" if same else ""),
+                      file=sys.stderr)
             start = time.monotonic()
             for done, (result, timing) in enumerate(pool.run(todo, limits), start=1):
                 key, cache_file = keys[(result.student, result.assignment)]
                 store_cached(cache_file, key, result)
                 results.append(result)
                 rows.append(timing_row(timing))
+                for twin, twin_cache in twins[key]:
+                    copy = dataclasses.replace(result, student=twin)
+                    store_cached(twin_cache, key, copy)
+                    results.append(copy)
+                    rows.append(timing_row(Timing(twin, result.assignment, f"same file as {result.student}")))
                 if progress:
                     elapsed = time.monotonic() - start
                     eta = elapsed / done * (len(todo) - done)

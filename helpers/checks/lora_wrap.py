@@ -42,7 +42,8 @@ ADD_CASES = [(160, 11, 12, 2, 4, 2, 20, 5, ("query", "value"), 2, 4.0, False),
              (161, 13, 10, 2, 3, 2, 14, 4, ("to_output",), 3, 9.0, True)]
 ADD_HIDDEN_CASES = [(162, 9, 12, 3, 2, 3, 16, 6, ("key", "query", "to_output"), 1, 2.0, False),
                     (163, 7, 8, 2, 3, 1, 12, 3, ("value",), 4, 2.0, True),
-                    (164, 9, 10, 2, 3, 2, 14, 4, ("0",), 2, 3.0, False)]  # the MLPs' first maps: layers.i.mlp.model.0
+                    (164, 9, 10, 2, 3, 2, 14, 4, ("0",), 2, 3.0, False),  # the MLPs' first maps: layers.i.mlp.model.0
+                    (165, 11, 12, 2, 4, 2, 20, 5, ("lm_head", "value"), 2, 4.0, False)]  # a map of the model itself
 MERGE_CASES = [(170, 11, 12, 2, 4, 2, 20, 5, ("query", "value"), 3, 4.5, True),
                (171, 13, 10, 2, 3, 2, 14, 4, ("to_output", "key"), 4, 2.0, False)]
 MERGE_HIDDEN_CASES = [(172, 9, 12, 3, 2, 3, 16, 6, ("value",), 1, 2.5, True),

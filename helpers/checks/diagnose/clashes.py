@@ -115,7 +115,8 @@ def _built_from_batch(clash: Clash) -> Finding:
             continue
         size = int(v.shape[0])
         for other, u in values:
-            if isinstance(u, torch.Tensor) and u.dim() > v.dim() and int(u.shape[-1]) != size and size in u.shape[:-v.dim()]:
+            if (isinstance(u, torch.Tensor) and u.dim() > v.dim() and int(u.shape[-1]) != size and size in u.shape[:-v.dim()]
+                    and size not in u.shape[-v.dim():]):  # a size the trailing axes also have may have come from them
                 k = list(u.shape[:-v.dim()]).index(size)
                 return Finding(f" {name} {tuple(v.shape)} has size {size} on every axis, the size of axis {k} of "
                                f"{other} {tuple(u.shape)}: it was built from a size read at the front ({other}.shape"

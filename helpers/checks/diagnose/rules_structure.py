@@ -46,8 +46,10 @@ _PER_PART = {
                       "for {letter} = 0, 1, …): a term that depends only on the position along {axis} (a bias, an "
                       "offset per {letter}) is wrong or missing"),
     "fibre factors": ("vectors", "factor", "each vector along {axis} (one per ({others}) index) is the reference's "
-                      "times its own factor ({values}): the direction of each vector " + _SCALE_WRONG + " computed "
-                      "over other entries than the {n} along {axis} does"),
+                      "times its own factor ({values}): the direction of each vector " + _SCALE_WRONG + " does when "
+                      "it is computed from something else than each input vector itself: over other entries than "
+                      "the {n} along {axis}, or of the vector after it was already changed (scaled by a weight, "
+                      "shifted)?"),
 }
 
 
@@ -70,7 +72,7 @@ def _per_part(c: _Case, which: str) -> Finding:
             others = ", ".join(c.letter(i) or f"axis {i}" for i in range(c.e.dim()) if i != k)
             told = says.format(axis=_axis(k, c.axes), letter=c.letter(k) or "index", others=others, n=n,
                                values=_first_six(fit))
-            return Finding(f"{told}. Evidence: {c.evidence()}.", which)
+            return Finding(f"{told}{'' if told.endswith('?') else '.'} Evidence: {c.evidence()}.", which)
     return NOTHING
 
 
