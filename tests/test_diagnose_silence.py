@@ -242,3 +242,14 @@ def test_a_meaning_names_its_cause_where_the_line_shows_it():
     assert front.cause == "an axis counted from the front" and "Count the axes from the end" in front.established
     clash = dg._meaning(RuntimeError(CLASH), SIZES, list(HINT_CAUSE["_kept_no_axis"].values), "x - mean")
     assert clash.cause == "a reduction without keepdim"
+
+
+def test_a_tensor_looked_up_in_a_list_is_told_only_when_the_line_does_it():
+    p, group = torch.ones(3), [torch.ones(3), torch.zeros(2)]
+    told = dg._tensor_in_list("others = [p for p in params if p not in decayed]", [("p", p), ("decayed", group)])
+    assert len(told) == 1 and "compares the tensor p with each tensor of decayed by ==" in told[0]
+    for source, values in (("x = p + q", [("p", p), ("q", p)]),  # no `in`
+                           ("ok = name in names", [("name", "a"), ("names", ["a"])]),  # strings, not tensors
+                           ("ok = p in ids", [("p", p), ("ids", [1, 2])]),  # a list without tensors
+                           ("total = sum(q.sum() for q in group)", [("q", p), ("group", group)])):  # a loop's in
+        assert dg._tensor_in_list(source, values) == [], source

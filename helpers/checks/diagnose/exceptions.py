@@ -107,12 +107,12 @@ def explain_error(exc: BaseException, sizes=None, axes_of=None) -> Explained:
     outside = outside_told(getattr(exc, "course_outside", None))  # the cause; what PyTorch says follows from it
     if outside:
         lines.append(outside[0].upper() + outside[1:])
-    written = _sizes_written_in(exc, source or "", values, sizes)
+    written = _sizes_written_in(exc, source or "", values, sizes) or _tensor_in_list(source or "", values)
     lines.extend(written)
     meaning = _meaning(exc, sizes, values, source or "", guesses=not written)
     if meaning:
         lines.append(meaning.established)
-    return Explained(lines, "a layer built outside the module" if outside else "a size written in" if written
+    return Explained(lines, "a layer built outside the module" if outside else "established on the line" if written
                      else meaning.cause)
 
 
@@ -121,6 +121,23 @@ SIZE_WRITTEN_IN = "a size fixed in the code fits one model or text only"
 _SHAPE_ERROR = re.compile(r"shape|size|must match|invalid for input|cannot be multiplied|out of range", re.I)
 _SIZE_CALL = re.compile(r"\b(?:view|reshape|expand|repeat|Linear|Embedding|zeros|ones|empty|full|randn|rand|arange|"
                         r"new_zeros|new_ones|new_empty|split|unflatten)\s*\(([^()]*)\)")
+
+
+def _tensor_in_list(source: str, values) -> list[str]:
+    """``t in xs`` (or ``not in``) on the failing line, where ``t`` is a tensor and ``xs`` a list,
+    tuple or set holding tensors: Python compares ``t`` with each of them by ``==``, which for
+    tensors is elementwise (a broadcasting error, or a truth value that is ambiguous)."""
+    named = dict(values)
+    code = re.sub(r"#.*", "", source)
+    for left, right in re.findall(r"(?<!for )(?<![\w.])([\w.\[\]]+)\s+(?:not\s+)?in\s+([\w.]+)", code):
+        item, group = named.get(left), named.get(right)
+        if isinstance(item, torch.Tensor) and isinstance(group, (list, tuple, set)) and any(
+                isinstance(g, torch.Tensor) for g in group):
+            return [f"`{left} in {right}` compares the tensor {left} with each tensor of {right} by ==, which for tensors "
+                    "is elementwise (it broadcasts, or gives a tensor whose truth is ambiguous), not whether it is the "
+                    f"same object. Compare identities: `id({left}) in {{id(q) for q in {right}}}`, or keep the ids "
+                    "(or the names) in a set."]
+    return []
 
 
 def _sizes_written_in(exc: BaseException, source: str, values, sizes) -> list[str]:

@@ -238,8 +238,18 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
     )
     if m:
         want, got = m.groups()
+        said = f"The line unpacks {want} values from something that has {got or 'more'}"
+        split = re.search(r"(\w[\w.]*)\.r?split\(", source.split("#")[0])
+        text_split = split and isinstance(dict(values).get(split.group(1)), str)
+        if text_split:
+            return Finding(f"{said}: {split.group(1)}.{'r' if '.rsplit(' in source else ''}split(...) gave {got or 'more'} "
+                           "part(s) of the text, here "
+                           f"{dict(values)[split.group(1)]!r}: a text without the separator is one part. "
+                           "str.rpartition('.') always gives three: ('', '', text) when there is no dot.")
+        if ".shape" not in source and not any(isinstance(v, torch.Tensor) for _, v in values):
+            return Finding(f"{said}: the names on the left and the items on the right must be as many.")
         return Finding(
-            f"The line unpacks {want} values from something that has {got or 'more'}: for `B, T, C = x.shape`, "
+            f"{said}: for `B, T, C = x.shape`, "
             "the tensor has a different number of axes than the names on the left (an unbatched input "
             "(T, C) has 2). Use x.shape[-1], x.shape[-2], … to read sizes from the end."
         )
