@@ -33,8 +33,9 @@ def _broken(x):
 
 def test_an_error_becomes_a_record_with_its_explanation():
     record = attempt(_broken, torch.zeros(2, 5), sizes={"B": 2, "C": 5})
-    assert set(record) == {"error", "kind", "message", "value_error", "explained"}
+    assert set(record) == {"error", "kind", "message", "value_error", "explained", "established"}
     assert record["kind"] == "RuntimeError" and record["error"].startswith("RuntimeError: mat1 and mat2")
+    assert record["established"] is False  # the message's meaning only: the check's hints may follow
     assert "_broken" in record["explained"] and "(The error itself" not in record["explained"]
     assert attempt(lambda x: x + 1, 1) == {"out": 2}
 

@@ -1,9 +1,11 @@
 """The student's code raised: the error as data on the probe's side, and as a verdict on the judge's.
 
 One record for an error of the student's code, in every check: ``caught`` turns an exception into ``{"error": "TypeName: message",
-"kind": "TypeName", "message": ..., "value_error": ..., "explained": ...}``, where ``explained`` is
-``explain_exception``'s account without the error's own line: where the student's line raised, the
-tensors on that line in the case's legend, and what the message means. ``attempt`` calls the
+"kind": "TypeName", "message": ..., "value_error": ..., "explained": ..., "established": ...}``, where
+``explained`` is ``explain_exception``'s account without the error's own line: where the student's
+line raised, the tensors on that line in the case's legend, and what the message means; and
+``established`` says whether those lines read the cause off the failing line (then the check's own
+guesses are left out). ``attempt`` calls the
 student's function once and returns ``{"out": value}`` (with ``outside``: the layers with weights it
 called that are not part of the module, a layer built inside forward) or that record. On the judge's side,
 ``raise_caught`` turns a record into the failure message, with a hint chosen by the error's words,
@@ -21,7 +23,12 @@ import os
 import torch
 
 from helpers.checks.core import CheckFailed, close, describe
-from helpers.checks.diagnose import SIZE_WRITTEN_IN, case_sizes, explain_exception, outside_modules
+from helpers.checks.diagnose import (
+    ESTABLISHED,
+    case_sizes,
+    explain_exception_cause,
+    outside_modules,
+)
 
 _ITSELF = "\n(The error itself: "
 
@@ -38,10 +45,11 @@ def caught(exc: BaseException, sizes: dict[str, int] | None = None) -> dict:
         message = str(exc)
     except Exception:  # noqa: BLE001 - a __str__ that raises
         message = ""
-    explained = explain_exception(exc, sizes=sizes)
+    explained, cause = explain_exception_cause(exc, sizes=sizes)
     return {"error": f"{type(exc).__name__}: {message}"[:600], "kind": type(exc).__name__, "message": message[:500],
             "value_error": isinstance(exc, ValueError),
-            "explained": explained.rpartition(_ITSELF)[0][:2000] if _ITSELF in explained else ""}
+            "explained": explained.rpartition(_ITSELF)[0][:2000] if _ITSELF in explained else "",
+            "established": cause == ESTABLISHED}
 
 
 def attempt(fn, *args, sizes: dict[str, int] | None = None) -> dict:
@@ -65,7 +73,7 @@ def raise_caught(what: str, run, hints=(), hint: str = "") -> None:
     error = str(run["error"])
     explained = run.get("explained") if isinstance(run.get("explained"), str) else ""
     told = f"{error}\n{explained}"  # the error and the explanation's lines (the tensors on the failing line)
-    matched = None if SIZE_WRITTEN_IN in explained else next(  # a size written in is the cause: no guess beside it
+    matched = None if run.get("established") is True else next(  # a cause read off the line: no guess beside it
         (h for needle, h in hints if any(n in told for n in ([needle] if isinstance(needle, str) else needle))), None)
     raise CheckFailed("\n".join(x for x in (f"{what} raised {error}", explained, hint.strip(), matched) if x))
 

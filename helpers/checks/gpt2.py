@@ -26,7 +26,7 @@ from helpers.checks.core import (
     runs,
     visible_and_hidden,
 )
-from helpers.checks.diagnose import SIZE_WRITTEN_IN, explain_mismatch
+from helpers.checks.diagnose import explain_mismatch
 from helpers.checks.errors import attempt, caught, raise_caught
 from helpers.checks.gelu_mistakes import GRID, gelu_reading, gelu_variants
 from helpers.checks.gpt2_format import (
@@ -200,7 +200,7 @@ def _load_hint(error: str, case, run: dict) -> str:
     if re.search(r"(?<!c_)attn\.(masked_)?bias", error):
         return "attn.bias and attn.masked_bias are buffers (a causal mask and a constant), not weights; skip them."
     sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", error)
-    if sizes and {int(sizes[1]), int(sizes[2])} in ({C, 3 * C}, {C, 4 * C}) and SIZE_WRITTEN_IN not in str(run.get("explained")):
+    if sizes and {int(sizes[1]), int(sizes[2])} in ({C, 3 * C}, {C, 4 * C}) and run.get("established") is not True:
         return ("A weight does not fit its module. GPT-2's Conv1D weights are stored (in, out); nn.Linear's are "
                 "(out, in): transpose them.")
     key = re.fullmatch(r"KeyError: '(.*)'", error)

@@ -3,8 +3,9 @@
 The filters are checked on fixed logits, chosen so that every classic mistake gives a different
 answer: ties at the k-th value, cumulative probabilities well away from p (but for one hidden
 case, where the first of two equally likely tokens reaches p exactly; which of the two a sort puts
-first is free), rows whose most likely tokens are not in vocabulary order. A mistake is named only when its output is the student's in
-every case where that mistake's output differs from the others'; otherwise the message says which
+first is free), rows whose most likely tokens are not in vocabulary order. A mistake is named only
+when its output is the student's in every case where that mistake's output differs from the
+others'; otherwise the message says which
 tokens are kept or removed wrongly, or what the diagnosis layer establishes about the values.
 The expected outputs and the classic mistakes' outputs are in ``helpers.checks.sampling_mistakes``;
 drawing the next token, ``sample_next``, is checked in ``helpers.checks.sample_next``.
@@ -91,17 +92,17 @@ def _kept(what: str, logits, expected, out) -> str:
                             sizes=_sizes(logits.shape), dtype=logits.dtype)
 
 
-def _same(expected, out, logits, atol, ties: bool) -> bool:
+def _same(expected, out, logits, atol, rtol, ties: bool) -> bool:
     """``out`` is ``expected``; with ``ties``, also when tokens of equal logits trade places (which of
     two equally likely tokens a sort puts first is not specified): the same values in each row and
     every value that is not -inf the input's own at its place."""
-    if close(expected, out, atol, atol):
+    if close(expected, out, atol, rtol):
         return True
     if not ties or out.shape != logits.shape:
         return False
     kept = out != -INF
-    return close(expected.sort(dim=-1).values, out.sort(dim=-1).values, atol, atol) and close(
-        out[kept], logits[kept], atol, atol)
+    return close(expected.sort(dim=-1).values, out.sort(dim=-1).values, atol, rtol) and close(
+        out[kept], logits[kept], atol, rtol)
 
 
 def _judge_filter(name: str, arg: str, cases, reference, variants, hints, summary: str, tol=None, kept=True,
@@ -122,14 +123,14 @@ def _judge_filter(name: str, arg: str, cases, reference, variants, hints, summar
             if not isinstance(out, torch.Tensor) or out.shape != logits.shape:
                 raise CheckFailed(explain_mismatch(expected, out, what=what, atol=0, rtol=0, sizes=_sizes(logits.shape)))
             atol = (tol or {}).get(logits.dtype, 0)
-            right = _same(expected, out, logits, atol, ties) and out.dtype == logits.dtype
+            right = _same(expected, out, logits, atol, atol, ties) and out.dtype == logits.dtype
             if right and run.get("same_object"):
                 raise CheckFailed(f"{what} returned its input itself, not a new tensor: a caller that changes the "
                                   "result would change the logits too. Return a new tensor (logits / temperature, "
                                   "masked_fill, clone).")
             options = {k: v for k, v in variants(logits, value, expected).items() if v.shape == out.shape}
             seen.append(([k for k, v in options.items()
-                          if out.dtype == logits.dtype and _same(v, out, logits, max(atol, 1e-6), ties)],
+                          if out.dtype == logits.dtype and _same(v, out, logits, atol, max(atol, 1e-6), ties)],
                          options))
             if not right:
                 wrong.append((what, logits, expected, out, seen[-1][0]))

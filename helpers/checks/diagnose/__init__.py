@@ -26,12 +26,14 @@ Shape legend: B batch, T time (sequence length), C embedding size (emb_dim), V v
 from helpers.checks.diagnose.case import _Case, _where
 from helpers.checks.diagnose.clashes import ALTERNATIVES, BROADCAST_HINTS, Clash, broadcast_hints
 from helpers.checks.diagnose.exceptions import (
+    ESTABLISHED,
     SIZE_WRITTEN_IN,
     Explained,
     _sizes_written_in,
     _tensor_in_list,
     explain_error,
     explain_exception,
+    explain_exception_cause,
     explain_parts,
 )
 from helpers.checks.diagnose.finding import NOTHING, Finding
@@ -79,6 +81,7 @@ __all__ = [
     "ALTERNATIVES",
     "BROADCAST_HINTS",
     "DESCRIBE_ONLY",
+    "ESTABLISHED",
     "LEGEND",
     "NOTHING",
     "RULES",
@@ -100,6 +103,7 @@ __all__ = [
     "difference_from",
     "explain_error",
     "explain_exception",
+    "explain_exception_cause",
     "explain_mismatch",
     "explain_parts",
     "first_divergence",

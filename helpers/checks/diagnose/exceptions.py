@@ -112,11 +112,14 @@ def explain_error(exc: BaseException, sizes=None, axes_of=None) -> Explained:
     meaning = _meaning(exc, sizes, values, source or "", guesses=not written)
     if meaning:
         lines.append(meaning.established)
-    return Explained(lines, "a layer built outside the module" if outside else "established on the line" if written
+    return Explained(lines, "a layer built outside the module" if outside else ESTABLISHED if written
                      else meaning.cause)
 
 
-#: the words of :func:`_sizes_written_in`'s finding; a check's own guesses about the error give way to it
+#: the cause of an explanation whose own lines read it off the failing line (a size written in, a
+#: tensor looked up in a list): a check's own guesses about the error give way to it
+ESTABLISHED = "established on the line"
+#: the words of :func:`_sizes_written_in`'s finding
 SIZE_WRITTEN_IN = "a size fixed in the code fits one model or text only"
 _SHAPE_ERROR = re.compile(r"shape|size|must match|invalid for input|cannot be multiplied|out of range", re.I)
 _SIZE_CALL = re.compile(r"\b(?:view|reshape|expand|repeat|Linear|Embedding|zeros|ones|empty|full|randn|rand|arange|"
@@ -185,14 +188,21 @@ def explain_exception(exc: BaseException, sizes: dict[str, int] | None = None, a
     Runs in the student's process. The last line is the exception's own text; when nothing could
     be added, that line alone ("TypeName: message"). Never raises.
     """
+    return explain_exception_cause(exc, sizes, axes_of)[0]
+
+
+def explain_exception_cause(exc: BaseException, sizes: dict[str, int] | None = None,
+                            axes_of=None) -> tuple[str, str | None]:
+    """``explain_exception``'s text and the cause its lines name (``Explained.cause``; None when
+    nothing could be added). Never raises."""
     try:
         plain = _plain(exc)
     except Exception:  # noqa: BLE001 - a __str__ that raises
         plain = type(exc).__name__
     try:
-        lines = explain_parts(exc, sizes, axes_of)
+        found = explain_error(exc, sizes, axes_of)
     except Exception:  # noqa: BLE001
-        return plain
-    if not lines:
-        return plain
-    return "\n".join([*lines, f"(The error itself: {plain})"])
+        return plain, None
+    if not found.lines:
+        return plain, None
+    return "\n".join([*found.lines, f"(The error itself: {plain})"]), found.cause
