@@ -98,6 +98,7 @@ OWN_CAUSE = {
     "_correct": lambda: consistent(E.clone(), E),
     "rule_batch": _rows_mixed,
     "rule_rounded": lambda: consistent((3 * E).floor(), 3 * E),
+    "rule_float32_precision": lambda: consistent(E.float().double(), E),  # the reference rounded to float32
     "rule_factor": lambda: consistent(-E, E),
     "rule_transposed": lambda: consistent(SQUARE.transpose(-1, -2), SQUARE),
     "rule_normalised_axis": lambda: consistent(torch.softmax(randn(2, 5, 5, seed=2), dim=-2), PROBS),
@@ -253,3 +254,10 @@ def test_a_tensor_looked_up_in_a_list_is_told_only_when_the_line_does_it():
                            ("ok = p in ids", [("p", p), ("ids", [1, 2])]),  # a list without tensors
                            ("total = sum(q.sum() for q in group)", [("q", p), ("group", group)])):  # a loop's in
         assert dg._tensor_in_list(source, values) == [], source
+
+
+def test_float32_precision_is_not_said_of_a_near_factor_per_row():
+    """Another eps in a norm scales each row by a factor a hair from 1: systematic, not rounding."""
+    rows = 1 + 1e-7 * torch.arange(1.0, 13.0, dtype=torch.float64).view(2, 6, 1)
+    assert dg.rule_float32_precision(consistent(E * rows, E)).cause is None
+    assert dg.rule_float32_precision(consistent(E + 1e-7, E)).cause is None

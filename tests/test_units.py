@@ -166,7 +166,9 @@ def test_data_round_trips_and_odd_values_are_named():
     assert torch.equal(back["t"], value["t"]) and back["t"].dtype == torch.float64
     assert back["n"] == 3 and back["l"] == [1.5, None, True]
     assert isinstance(decode(encode({"f": print})["f"]), Unsupported)
-    assert decode(encode(torch.tensor([1.0], dtype=torch.bfloat16))).dtype == torch.float32
+    half = torch.tensor([1.0, -2.5e-3, 3.4e38, float('-inf')], dtype=torch.bfloat16)  # kept as it is: dtype and bits
+    assert torch.equal(decode(json.loads(json.dumps(encode(half)))), half)
+    assert decode(encode(half)).dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize(

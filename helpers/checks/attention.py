@@ -51,7 +51,8 @@ from helpers.reference import attention as ref
 # then batched ones; about a quarter of every case's scores are exactly 0, a score like any other
 MASK_CASES = [(0, (), 6, torch.float32), (5, (), 8, torch.float32)]
 MASK_HIDDEN_CASES = [(1, (2,), 5, torch.float64), (2, (3, 2), 9, torch.float32), (3, (), 1, torch.float64),
-                     (4, (), 70, torch.float32)]  # longer than a table of a usual size (64)
+                     (4, (), 70, torch.float32),  # longer than a table of a usual size (64)
+                     (6, (2,), 5, torch.bfloat16)]  # half precision, as under autocast: the scores' dtype is kept
 
 
 def _scores(seed: int, batch: tuple, T: int, dtype: torch.dtype) -> torch.Tensor:
@@ -172,7 +173,9 @@ check_causal_mask, check_causal_mask_hidden = visible_and_hidden(
 
 # (seed, batch shape, T, C, hs, dtype)
 HEAD_CASES = [(10, (2,), 6, 7, 3, torch.float64)]
-HEAD_HIDDEN_CASES = [(11, (), 8, 5, 4, torch.float64), (12, (3,), 5, 9, 2, torch.float32)]
+# a batch of one and a one-token sequence keep their axes
+HEAD_HIDDEN_CASES = [(11, (), 8, 5, 4, torch.float64), (12, (3,), 5, 9, 2, torch.float32),
+                     (13, (1,), 4, 6, 3, torch.float64), (14, (2,), 1, 5, 2, torch.float64)]
 HEAD_PARAMS = ("query.weight", "key.weight", "value.weight")
 
 

@@ -124,10 +124,11 @@ def make_checks(name, call, cases, hidden_cases, label, expected_of, variants_of
                 on_error=None, reading=None, ordered=False):
     """A BPE function's visible check and its hidden twin, on the engine (``helpers.checks.functions``):
     the known-good count_pairs and merge swapped in, a loop bound, outputs as plain data;
+    ``on_error(case, error) -> hint or None``;
     ``summary``: what a pass checked, and what to return; ``ordered``: a dict's order counts."""
     spec = Spec(label=label, call=call, expected=expected_of, variants=variants_of, arguments=describe_case,
                 summary=summary[0], read=_unplain, around=known_helpers, bounded=True,
-                on_error=on_error and (lambda case, error: on_error(error)),
+                on_error=on_error,
                 changed="changed its input list in place: build and return a new list.",
                 form=_usable(summary[1]), right=_in_order if ordered else None, reading=reading)
     return function_checks(name, spec, cases, hidden_cases, vary)
@@ -283,4 +284,4 @@ _TRAIN_SUMMARY = ("train_bpe: short texts, overlapping runs, non-ASCII text, mor
 check_train_bpe, check_train_bpe_hidden = make_checks(
     "check_train_bpe", _train_call, TRAIN_CASES, TRAIN_HIDDEN_CASES, "train_bpe", reference("train_bpe", tuple), train_variants,
     lambda c: f"{c[0]!r}, {c[1]}", _TRAIN_SUMMARY, reading=train_reading,
-    on_error=lambda error: "When no pair is left (fewer than two tokens), stop early: there is nothing to merge." if "empty" in error else None)
+    on_error=lambda case, error: "When no pair is left (fewer than two tokens), stop early: there is nothing to merge." if "empty" in error else None)

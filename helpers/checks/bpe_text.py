@@ -7,6 +7,8 @@ every output named, else a reading of the wrong output).
 
 from __future__ import annotations
 
+import re
+
 from helpers.checks.bpe import _plain, make_checks, reference
 from helpers.checks.bpe_known import merge_known, pairs_known, train_known
 from helpers.checks.functions import parting
@@ -133,14 +135,25 @@ def encode_reading(text, got, expected):
             "must be applied first, everywhere, before the next")
 
 
+def _no_pairs(text, error):
+    """min() or max() over the pairs of a sequence that has none left."""
+    if re.search(r"(min|max)\(\) (arg is an empty sequence|iterable argument is empty)", error):
+        size = len(text.encode("utf-8"))
+        return (f"The min (or max) was taken over no pairs at all: {text!r} has {size} byte{'s' if size != 1 else ''}, and "
+                "fewer than two ids (the empty text, one byte, or a text merged down to one token) have no neighbouring "
+                "pair. Stop merging when count_pairs finds none, before the min.")
+    return None
+
+
 _ENCODE_SUMMARY = ("encode: texts with and without merges, euro signs and emoji, the empty text, with "
                    f"{len(MERGES)} merges learnt from a short text: the same ids as the reference.", "return a list of ints.")
 check_bpe_encode, check_bpe_encode_hidden = make_checks(
     "check_bpe_encode", _encode_call, ENCODE_CASES, ENCODE_HIDDEN_CASES, "encode", reference("encode", lambda t: (t, dict(MERGES))), encode_variants,
-    lambda t: f"{t!r}, merges", _ENCODE_SUMMARY, reading=lambda t, got, want: isinstance(got, list) and encode_reading(t, got, want))
+    lambda t: f"{t!r}, merges", _ENCODE_SUMMARY, on_error=lambda t, error: _no_pairs(t, error),
+    reading=lambda t, got, want: isinstance(got, list) and encode_reading(t, got, want))
 
 DECODE_CASES = [list("naïve €".encode("utf-8")), encode_known("thesis €€ 😀!", MERGES), [104, 105, 0xE2, 0x82], [0xFF, 65]]
-DECODE_HIDDEN_CASES = [encode_known("😀 the €", MERGES), [0x80, 0x80, 97], list("e\u0301".encode("utf-8"))]
+DECODE_HIDDEN_CASES = [encode_known("😀 the €", MERGES), [0x80, 0x80, 97], list("e\u0301".encode("utf-8")), []]
 
 
 def _decode_call(fn, ids):
@@ -162,7 +175,10 @@ def decode_variants(ids):
     }
 
 
-def _decode_error(error):
+def _decode_error(ids, error):
+    if not ids and re.match(r"(IndexError|ValueError|StopIteration)\b", error):
+        return ("No ids at all (an empty list) must decode to the empty text '', without touching ids[0] or any "
+                "first element: start from b'' and join.")
     if "UnicodeDecodeError" in error:
         return "Bytes that are not valid UTF-8 must become U+FFFD: decode with errors='replace'."
     if "bytes must be in range(0, 256)" in error:

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import math
 import random
+import re
 import threading
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -317,8 +318,6 @@ def encode(value: Any) -> Any:
             return {"__unsupported__": f"tensor of dtype {plain.dtype}"}
         if plain.numel() > MAX_ELEMENTS:
             return {"__unsupported__": f"tensor with {plain.numel()} elements"}
-        if dtype == "bfloat16":
-            plain, dtype = plain.float(), "float32"
         flat = plain.reshape(-1).tolist()
         return {"__tensor__": {"dtype": dtype, "shape": list(plain.shape), "data": flat}}
     if value is None or isinstance(value, (bool, int, str)):
@@ -434,3 +433,30 @@ def identify(got: torch.Tensor, variants: dict[str, torch.Tensor], atol: float, 
     if len(distinct) == 1:
         return distinct[0]
     return f"the output fits {len(distinct)} known mistakes, which this case cannot tell apart: " + "; or ".join(distinct)
+
+
+def _words(label: str) -> str:
+    """A mistake's words with its numbers left out: the same mistake in another case reads the same."""
+    return re.sub(r"\d+(?:\.\d+)?", "#", label)
+
+
+def confirmed(variants: dict[str, torch.Tensor], others: Sequence[tuple[dict[str, torch.Tensor], Any, float]]
+              ) -> dict[str, torch.Tensor]:
+    """The mistakes of one case (``variants``) that also give the student's output on every other case
+    where the same mistake is defined: ``others`` holds each other case's variants, the student's
+    output there and its tolerance. A mistake that fits one case by a coincidence of its sizes (a
+    scale of sqrt(C // nh) that is 1 for C = 7 and nh = 4, read as no scale at all) is then not named."""
+    kept = {}
+    for label, output in variants.items():
+        words = _words(label)
+        fits_all = True
+        for their, got, tol in others:
+            if not isinstance(got, torch.Tensor):  # that case raised: no evidence either way
+                continue
+            same = [out for lab, out in their.items() if _words(lab) == words]
+            if same and not any(out.shape == got.shape and close(out, got, tol, tol) for out in same):
+                fits_all = False
+                break
+        if fits_all:
+            kept[label] = output
+    return kept

@@ -180,14 +180,18 @@ def _probe_load(cases):
             model = _fresh_model(case)  # seeded: a weight left unloaded keeps known values
             checkpoint = WatchedCheckpoint(gpt2_format_checkpoint(V, P, C, L, seed, dtype))
             try:
-                load_gpt2_state_dict(model, checkpoint)
+                returned = load_gpt2_state_dict(model, checkpoint)
                 params = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
+                stored = {t.untyped_storage().data_ptr(): k for k, t in checkpoint.items() if isinstance(t, torch.Tensor)}
+                shared = {n: stored[p.untyped_storage().data_ptr()] for n, p in model.named_parameters()
+                          if p.untyped_storage().data_ptr() in stored}  # a parameter that is a view of the checkpoint
                 tied = model.lm_head.weight is model.word_to_embedding.weight
                 outputs = sublayer_outputs(model, _ids(case))
             except Exception as exc:  # noqa: BLE001 - the error is evidence
                 runs.append({**caught(exc, {"V": V, "C": C}), **key_error_facts(load_gpt2_state_dict, lambda c=case: _fresh_model(c), checkpoint, exc)})
                 continue
-            runs.append({"params": params, "tied": tied, "outputs": outputs})
+            runs.append({"params": params, "tied": tied, "outputs": outputs, "shared": shared,
+                         "returned": "the model" if returned is model else describe(returned)})
         return {"runs": runs}
 
     return probe
@@ -252,9 +256,20 @@ def _judge_load(cases):
             if run.get("tied") is not True:
                 raise CheckFailed(f"{what}: lm_head.weight is no longer the same tensor as word_to_embedding.weight: "
                                   "copy into the existing parameters (weight.copy_(...)) so the head stays tied.")
+            if run.get("shared"):
+                (param, key), *more = run["shared"].items()
+                raise CheckFailed(f"{what}: after loading, the model's {param} shares its memory with the checkpoint's "
+                                  f"{key}" + (f" ({len(more)} more parameters share theirs)" if more else "") + ": the "
+                                  "parameter became a view of the checkpoint (as `.data = ...` makes it), so changing "
+                                  "one changes the other and the model takes the checkpoint's dtype. Copy the values "
+                                  "into the model's own tensors: param.copy_(...).")
+            if run.get("returned") != "the model":
+                raise CheckFailed(f"{what}: the weights load, but the function returned {run.get('returned')}; return the "
+                                  "model (as the docstring says), so that model = load_gpt2_state_dict(model, sd) works.")
         sizes = "; ".join(_case_text(c) for c in cases)
         return (f"load_gpt2_state_dict: {sizes}: every sub-layer's output (embeddings, ln_1, attention, ln_2, MLP of "
-                "every layer, the final norm and the logits) matches the reference; lm_head stays tied.")
+                "every layer, the final norm and the logits) matches the reference; lm_head stays tied; no parameter is a "
+                "view of the checkpoint; the model is returned.")
 
     return judge
 

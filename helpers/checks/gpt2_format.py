@@ -163,6 +163,17 @@ def _cause(name, got, expected, initial, C, nh) -> str:
     if have.shape != want.shape:
         return f"{name} has shape {tuple(have.shape)}, it should keep its {tuple(want.shape)}"
     if _same(have, initial[name]):
+        layer = re.match(r"layers\.(\d+)\.", name)
+        unloaded = {int(m[1]) for n in expected if (m := re.match(r"layers\.(\d+)\.", n))
+                    and isinstance(got.get(n), torch.Tensor) and _same(got[n], initial[n])}
+        layers = 1 + max((int(m[1]) for n in expected if (m := re.match(r"layers\.(\d+)\.", n))), default=-1)
+        last = layers - 1
+        if layer and int(layer[1]) == last and last > 0 and unloaded == {last} and all(
+                _same(got.get(n), initial[n]) for n in expected if n.startswith(f"layers.{last}.")):
+            return (f"none of layer {last}'s weights were loaded, the last of the checkpoint's {layers} layers, and "
+                    f"every other layer's were: the loop over the layers stops one short (range({layers}) has {layers} "
+                    "steps; the highest index h.i is one less than the count). Loop over model.layers, or "
+                    "range(model.config.n_layers)")
         return f"{name} was not loaded: it still holds its initial random values; it comes from {source}"
     if have.dim() == 2 and have.shape[0] == have.shape[1] and _same(have, want.T):
         if ".attention.query" in name or ".attention.key" in name or ".attention.value" in name:

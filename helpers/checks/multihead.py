@@ -18,7 +18,13 @@ from functools import partial
 import torch
 
 from helpers.checks import causal, core
-from helpers.checks.core import CheckFailed, expect_module_class, runs, visible_and_hidden
+from helpers.checks.core import (
+    CheckFailed,
+    confirmed,
+    expect_module_class,
+    runs,
+    visible_and_hidden,
+)
 from helpers.checks.multihead_mistakes import (
     F64,
     PROJECTIONS,
@@ -34,8 +40,9 @@ F32 = torch.float32
 
 # (seed, batch shape, T, C, hs, nh, dtype): a batch, then a single sequence (T, C)
 MHA_CASES = [(40, (2,), 5, 7, 3, 4, F64), (41, (), 5, 9, 2, 3, F64)]
-# nh*hs == C; float32; a one-token sequence
-MHA_HIDDEN_CASES = [(42, (2,), 5, 12, 4, 3, F64), (43, (4,), 9, 6, 5, 2, F32), (44, (3,), 1, 5, 2, 4, F64)]
+# nh*hs == C; float32; a one-token sequence; a single head
+MHA_HIDDEN_CASES = [(42, (2,), 5, 12, 4, 3, F64), (43, (4,), 9, 6, 5, 2, F32), (44, (3,), 1, 5, 2, 4, F64),
+                    (45, (2,), 4, 7, 3, 1, F64)]
 CSA_CASES = [(50, (2,), 6, 7, 3, 4, F64), (51, (), 5, 9, 2, 3, F64)]
 CSA_HIDDEN_CASES = [
     (52, (2,), 5, 12, 4, 3, F64), (53, (3,), 8, 10, 6, 2, F32), (54, (4,), 1, 6, 3, 5, F64), (55, (), 1, 7, 3, 2, F64),
@@ -174,7 +181,19 @@ def _judge(kind: str, cases):
     name = "MultiHeadAttention" if kind == "mha" else "CausalSelfAttention"
 
     def judge(data: dict) -> str:
-        for (seed, batch, T, C, hs, nh, dtype), run in zip(cases, runs(data, len(cases)), strict=True):
+        found = runs(data, len(cases))
+
+        def variants_of(j: int) -> dict:
+            seed, batch, T, C, hs, nh, dtype = cases[j]
+            weights, x, _ = case_inputs(seed, batch, T, C, hs, nh, dtype)
+            return (mha_variants(weights, x, nh, hs, ran=found[j].get("ran")) if kind == "mha" else
+                    csa_variants(weights, x, nh, hs, got=found[j].get("out")))
+
+        def verified(k: int) -> dict:  # named only when the same mistake gives every case what the student's gave
+            return confirmed(variants_of(k), [(variants_of(j), found[j].get("out"), tolerance(cases[j][-1]))
+                                              for j in range(len(cases)) if j != k])
+
+        for k, ((seed, batch, T, C, hs, nh, dtype), run) in enumerate(zip(cases, found, strict=True)):
             weights, x, _ = case_inputs(seed, batch, T, C, hs, nh, dtype)
             shape = (*batch, T, C)
             what = f"{name}(emb_dim={C}, head_dim={hs}, n_heads={nh}) on x of shape {tuple(x.shape)}"
@@ -216,8 +235,7 @@ def _judge(kind: str, cases):
                 diagnosis = {"what": what, "atol": tol, "rtol": tol, "axes": (*("B" * len(batch)), "T", "C"),
                              "sizes": causal.legend(batch, T=T, C=C, hs=hs, nh=nh), "again": run.get("again"),
                              "alone": run.get("alone"), "dtype": dtype}
-                variants = (partial(mha_variants, weights, x, nh, hs, ran=run.get("ran")) if kind == "mha" else
-                            partial(csa_variants, weights, x, nh, hs, got=run.get("out")))
+                variants = partial(verified, k)
                 causal.judge_causal(run, module(xd), variants, diagnosis, reference=module, x=xd, noun=name)
         shapes = ", ".join(f"x{(*c[1], c[2], c[3])} with nh={c[5]}, hs={c[4]}" for c in cases)
         return f"{name}: {shapes} match the reference, and no output moves when a later token changes."

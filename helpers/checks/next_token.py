@@ -20,7 +20,8 @@ from helpers.reference import tokens as ref
 
 # (seed, batch shape, T): one sequence, then a batch whose B differs from T
 SHIFT_CASES = [(20, (), 9), (21, (3,), 7)]
-SHIFT_HIDDEN_CASES = [(22, (), 2), (23, (5,), 11), (24, (2,), 3), (25, (1,), 6)]  # a batch of one keeps its axis
+# a batch of one keeps its axis; a window of one id has no pair at all
+SHIFT_HIDDEN_CASES = [(22, (), 2), (23, (5,), 11), (24, (2,), 3), (25, (1,), 6), (26, (), 1)]
 
 
 def _shift_ids(seed: int, batch: tuple, T: int) -> torch.Tensor:

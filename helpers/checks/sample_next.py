@@ -38,6 +38,7 @@ SAMPLE_CASES = [
 SAMPLE_HIDDEN_CASES = [
     ("temperature 3, top_k=4 and top_p=0.6", [1.0, 0.2, -0.5, 0.8, 0.1, -1.2, 0.4], 3.0, 4, 0.6),
     ("temperature 1.5 and top_p=0.5", [-0.2, 0.9, 0.3, 1.1, -0.7], 1.5, None, 0.5),
+    ("temperature 0.01", [2.0, 1.0, 1.995, -1.0, 0.5], 0.01, None, None),  # logits / temperature reach 200
 ]
 GREEDY_ROWS = [[0.1, 2.0, -1.0, 0.5, 0.3], [1.5, -0.5, 0.2, 1.4, 0.0], [-0.3, -0.2, -0.1, -0.4, -0.6]]
 GREEDY_HIDDEN_ROWS = [[0.4, -0.1, 0.2, 0.9], [2.0, 1.0, 3.0, -1.0]]
@@ -207,7 +208,12 @@ def _judge_draws(name, row, temperature, top_k, top_p, run) -> None:
     V = len(row)
     what = f"sample_next on {N_DRAWS} copies of one row of {V} logits with {name} (temperature={temperature}, top_k={top_k}, top_p={top_p})"
     _filter_arguments(what, temperature, top_k, top_p, run)
-    raise_caught(what, run, SAMPLE_ERRORS)
+    top = max(abs(v) for v in row) / temperature
+    overflow = [("probability tensor contains", f"At temperature {temperature} the logits divided by it reach {top:.0f}, "
+                 "and exp() of anything above 88.7 overflows float32 to inf (and inf / inf is nan). Is the softmax "
+                 "written out as exp(x) / exp(x).sum()? torch.softmax subtracts each row's maximum first and stays "
+                 "finite.")] if top > 88.7 else []
+    raise_caught(what, run, overflow + SAMPLE_ERRORS)
     draws = run.get("out")
     if isinstance(draws, torch.Tensor) and tuple(draws.shape) == (N_DRAWS, 1):
         raise CheckFailed(f"{what} returned shape (N, 1); return one id per row, shape (N,): "

@@ -177,6 +177,11 @@ def _judge(cases):
                 raise CheckFailed(explain_mismatch(expected, out, what=what, atol=1e-9, rtol=1e-9, dtype=torch.float64))
             alone = need(run.get("alone"), list, B)
             for b, row in enumerate(alone):
+                if isinstance(row, torch.Tensor) and row.shape == (K,) and close(expected[b], row, 1e-9, 1e-9):
+                    raise CheckFailed(f"{what}: right on the batch, but sequence {b} alone (ids[{b}:{b + 1}], lengths[{b}:{b + 1}]) "
+                                      f"gives the right values with shape ({K},), not (1, {K}): a batch of one lost its batch "
+                                      "axis. Is there a squeeze() (or an index [0]) that removes every axis of size 1? "
+                                      "Keep the batch axis whatever B is.")
                 if not isinstance(row, torch.Tensor) or row.shape != (1, K) or not close(expected[b:b + 1], row, 1e-9, 1e-9):
                     raise CheckFailed(f"{what}: right on the batch, but sequence {b} alone (ids[{b}:{b + 1}], lengths[{b}:{b + 1}]) "
                                       f"gives {describe(row)}: the batch's sequences must not depend on each other.")

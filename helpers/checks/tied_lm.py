@@ -34,7 +34,9 @@ from helpers.reference import language_models as ref
 
 # (seed, V, C, batch shape, T, dtype)
 LM_CASES = [(30, 13, 4, (3,), 6, torch.float64)]
-LM_HIDDEN_CASES = [(31, 17, 6, (), 5, torch.float64), (32, 9, 2, (4,), 3, torch.float32)]
+# a batch of one and a one-token sequence keep their axes
+LM_HIDDEN_CASES = [(31, 17, 6, (), 5, torch.float64), (32, 9, 2, (4,), 3, torch.float32),
+                   (33, 11, 4, (1,), 5, torch.float64), (34, 7, 3, (2,), 1, torch.float64)]
 LM_STEP_LR = 0.5
 
 

@@ -226,6 +226,17 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
                            "d.get(key, default) (for a min, one that sorts after every real value, such as math.inf).")
         return Finding("A None was compared with < or >: a function without a return statement gives None, and so does "
                        "a lookup that found nothing (dict.get).")
+    m = re.search(r"unsupported operand type\(s\) for ([^:]+): '(\w+)' and '(\w+)'", text)
+    if m and "NoneType" in m.groups()[1:]:
+        nones = [name for name, v in values if v is None and "." in name][:2]
+        if nones:
+            bias = any(name.endswith(".bias") for name in nones)
+            return Finding(f"{' and '.join(nones)} {'are' if len(nones) > 1 else 'is'} None here, and None takes no part "
+                           f"in {m.group(1).strip()}. " + ("A layer built with bias=False has no bias: its .bias is None. "
+                                                            "Handle that case (if layer.bias is not None: ...), or call the "
+                                                            "layer itself, which does." if bias else
+                                                            "Is it an optional part that this object does not have? "
+                                                            "Handle the None case before the arithmetic."))
     m = re.search(r"For 1D input, 1D target must have size 1|Expected input batch_size \((\d+)\) to match target "
                   r"batch_size \((\d+)\)", text)
     if m:

@@ -32,6 +32,7 @@ from helpers.checks.diagnose.rules_values import (
     rule_batch,
     rule_determinism,
     rule_factor,
+    rule_float32_precision,
     rule_nonfinite,
     rule_normalised_axis,
     rule_rounded,
@@ -49,6 +50,7 @@ RULES: list[Callable[[_Case], Finding]] = [
     rule_batch,
     rule_rounded,  # before a factor: rounding to 0 everywhere is also "0 × the reference"
     rule_factor,
+    rule_float32_precision,  # after a factor: a scale of 1 + 1e-6 is a factor, not rounding
     rule_transposed,  # an exact match of the data, before the properties a transpose also has
     rule_normalised_axis,
     rule_slice_factors,

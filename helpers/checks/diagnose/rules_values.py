@@ -210,3 +210,28 @@ def rule_normalised_axis(c: _Case) -> Finding:
         f"division by a sum over the wrong dim). Evidence: sums along {_axis(k, c.axes)} are "
         f"{_short(g.sum(dim=k))}, expected all 1.", "normalised along another axis"
     )
+
+
+def rule_float32_precision(c: _Case) -> Finding:
+    """A float64 case whose output agrees with the reference to float32's precision and no better,
+    with errors of both signs relative to each entry (rounding, not a factor or an offset such as
+    another eps gives)."""
+    if c.dtype != torch.float64 or c.got.dtype != torch.float64 or c.got.shape != c.expected.shape or not c.finite():
+        return NOTHING
+    e, g = c.e, c.g
+    if e.numel() < 8 or not bool(torch.isclose(g, e, rtol=2e-6, atol=2e-6 * float(e.abs().max())).all()):
+        return NOTHING
+    nonzero = e.abs() > 1e-3 * float(e.abs().max())
+    relative, absolute = ((g - e) / e)[nonzero], (g - e)[nonzero]
+
+    def mixed(d: torch.Tensor) -> bool:  # errors of both signs: not a factor (relative) nor an offset (absolute)
+        return min(float((d > 0).double().mean()), float((d < 0).double().mean())) >= 0.15
+
+    if relative.numel() < 8 or float(relative.abs().max()) < 1e-9 or not (mixed(relative) and mixed(absolute)):
+        return NOTHING
+    return Finding(
+        "the values agree with the reference to about float32's precision and no better (relative errors of "
+        f"up to {float(relative.abs().max()):.2g}, of both signs, where float64 keeps about 16 digits): part of "
+        "the computation ran in float32 and came back as float64. Is there a .float() call, a tensor made "
+        "without dtype= (torch.ones, torch.arange, torch.tensor give float32), or a float32 weight mixed in? "
+        f"Compute in x's dtype throughout. Evidence: {c.evidence()}.", "float32 precision in a float64 case")
