@@ -139,3 +139,9 @@ def test_the_benchmark_runs_its_fastest_preset_in_quick_mode():
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["settings"]["fused"] and result["settings"]["layers"] == 2 and result["settings"]["steps"] == 3
     assert 0 < result["val_loss"] < 10 and result["tokens_per_s"] > 0 and isinstance(result["bf16"], bool)
+    # the attention follows the precision: explicit under bfloat16 autocast, fused otherwise
+    assert result["settings"]["attention"] == "auto" and result["attention"] == ("explicit" if result["bf16"] else "sdpa")
+    done = subprocess.run([sys.executable, str(script), "--preset", "fastest", "--steps", "2", "--eval-batches", "1",
+                           "--bf16", "off"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["attention"] == "sdpa"
