@@ -245,6 +245,17 @@ def test_a_meaning_names_its_cause_where_the_line_shows_it():
     assert clash.cause == "a reduction without keepdim"
 
 
+def test_none_in_arithmetic_is_named_only_from_an_attribute_the_line_shows_as_none():
+    error = TypeError("unsupported operand type(s) for +: 'Tensor' and 'NoneType'")
+    line = "out = x @ self.base.weight.T + self.base.bias"
+    named = dg._meaning(error, SIZES, [("x", randn(5, 7)), ("self.base.bias", None)], line)
+    assert named.cause == "a layer without a bias" and "bias=False" in named.established
+    other = dg._meaning(error, SIZES, [("x", randn(5, 7)), ("self.offset", None)], "out = x + self.offset")
+    assert other.cause == "an attribute that is None"
+    plain = dg._meaning(error, SIZES, [("x", randn(5, 7)), ("offset", None)], "out = x + offset")
+    assert plain.cause is None  # a plain name: nothing on the line says what it was meant to hold
+
+
 def test_a_tensor_looked_up_in_a_list_is_told_only_when_the_line_does_it():
     p, group = torch.ones(3), [torch.ones(3), torch.zeros(2)]
     told = dg._tensor_in_list("others = [p for p in params if p not in decayed]", [("p", p), ("decayed", group)])

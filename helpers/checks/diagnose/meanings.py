@@ -236,7 +236,8 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
                                                             "Handle that case (if layer.bias is not None: ...), or call the "
                                                             "layer itself, which does." if bias else
                                                             "Is it an optional part that this object does not have? "
-                                                            "Handle the None case before the arithmetic."))
+                                                            "Handle the None case before the arithmetic."),
+                           "a layer without a bias" if bias else "an attribute that is None")
     m = re.search(r"For 1D input, 1D target must have size 1|Expected input batch_size \((\d+)\) to match target "
                   r"batch_size \((\d+)\)", text)
     if m:
