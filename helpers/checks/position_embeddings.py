@@ -170,6 +170,12 @@ def _judge_positions(cases):
                 if all(same_behaviour(r.get("result"), by_seed[c[0]], tolerances[c[0]]) for c, r in zip(cases, found, strict=True)):
                     raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
             raise_caught(what, got)
+            if run.get("table_learns") is False and isinstance(got, torch.Tensor) and got.shape == wanted.shape:
+                raise CheckFailed(f"{what}: the output is wrong, and no gradient of it reaches pos_to_embedding.weight: "
+                                  "it was not computed from the table it was given, in the graph. Was another table "
+                                  "used (a new nn.Embedding made inside the function, say), or the table's values taken "
+                                  "out of the graph (.data, .detach())? Look the positions up in pos_to_embedding itself. "
+                                  f"Evidence: {evidence}.")
             seed, batch, T, C, max_len, dtype = case
             if not isinstance(got, torch.Tensor) or got.shape != wanted.shape:
                 table, x = _pos_inputs(seed, batch, T, C, max_len, dtype)

@@ -144,6 +144,9 @@ def top_p_variants(logits, p, expected):
         s, o = across.sort(dim=-1, descending=True)
         variants["you took the softmax over the rows (dim=0) instead of over the tokens (dim=-1)"] = back(
             s.cumsum(-1) - s >= p, o)
+        down = sorted_probs.cumsum(dim=0)  # each sorted column summed down the rows
+        variants["you took the running sum over the rows (cumsum(dim=0)) instead of along each sorted row "
+                 "(cumsum(dim=-1)): a token's mass before it must come from its own row"] = back(down - sorted_probs >= p)
         whole = torch.softmax(logits.double().flatten(), dim=0).view_as(probs)  # one softmax over every entry
         s, o = whole.sort(dim=-1, descending=True)
         variants["you took one softmax over the whole batch (flattened) instead of one per row: each row's "

@@ -65,6 +65,8 @@ def _per_part(c: _Case, which: str) -> Finding:
             em, gm = c.slices(k)
         else:  # (rows, n): one row per index of the other axes
             em, gm = c.e.movedim(k, -1).reshape(-1, n), c.g.movedim(k, -1).reshape(-1, n)
+            if bool(((em - em[:, :1]).abs() <= 1e-12 * (1 + em.abs())).all()):
+                continue  # every reference vector along this axis is constant: any two such are proportional
         fit = _per_row(c, em, gm, how)
         if fit is not None and which == "fibre factors" and _nearly_one(fit):
             return Finding(f"{_one_factor(fit, n, _axis(k, c.axes))} Evidence: {c.evidence()}.", which)
