@@ -84,7 +84,17 @@ EXAMPLES = {
     "a future mask given as attn_mask": (
         "def f(q, k, v, T):\n    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)\n"
         "    return F.scaled_dot_product_attention(q, k, v, attn_mask=future)\n", "f", ["True where a query MAY attend"]),
+    "a layer with weights built in forward": (
+        "class M(nn.Module):\n    def forward(self, x):\n        return nn.Linear(x.shape[-1], 4)(x)\n", "M",
+        ["builds a new Linear at every call of forward", "Build it once in __init__"]),
 }
+
+
+def test_a_forward_that_only_wraps_registered_layers_has_no_note():
+    source = ("class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.layers = nn.ModuleList([nn.Linear(3, 3)])\n"
+              "    def forward(self, x):\n        return nn.Sequential(*self.layers)(x)\n")
+    assert not [n for n in _notes(source, "M") if "every call of forward" in n]
 
 
 @pytest.mark.parametrize("rule", EXAMPLES)

@@ -88,7 +88,7 @@ def _function_notes(fn: types.FunctionType) -> list[str]:
     source = textwrap.dedent("".join(lines))
     where = Where(fn.__name__, first, source)
     stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    notes: list[str] = flow.kept_between_calls(tree, fn, where)
+    notes: list[str] = flow.kept_between_calls(tree, fn, where) + flow.built_in_forward(tree, fn, where)
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr):
             notes += _dropped(node, fn, where, stored)

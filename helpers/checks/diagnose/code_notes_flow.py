@@ -1,6 +1,6 @@
 """Notes on a student's control flow and state (``code_notes``): a loop that ends in its first pass, an
 inner loop that takes the outer one's name, enumerate's pair read the other way round, values kept
-between calls."""
+between calls, a layer built anew in every forward pass."""
 
 from __future__ import annotations
 
@@ -99,4 +99,27 @@ def data_assigned(node: ast.Assign, where: Where) -> list[str]:
                 "keeps the Parameter itself: the two modules still hold two Parameter objects (counted twice, and no "
                 "longer sharing once either is given new numbers). Was the Parameter meant to be shared itself, "
                 "`a.weight = b.weight`?"]
+    return []
+
+
+#: PyTorch layers that hold weights of their own: one built inside forward is a new, untrained one at
+#: every call (containers are left out: nn.Sequential(*self.layers) only wraps layers already registered)
+WEIGHTED_LAYERS = frozenset("""
+    Linear Bilinear Embedding EmbeddingBag LayerNorm RMSNorm GroupNorm BatchNorm1d Conv1d Conv2d
+    MultiheadAttention Parameter
+""".split())
+
+
+def built_in_forward(tree: ast.AST, fn, where: Where) -> list[str]:
+    """A layer with weights (``nn.Linear(...)``, ``nn.Parameter(...)``) constructed inside ``forward``."""
+    if fn.__name__ != "forward":
+        return []
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if (isinstance(func, ast.Attribute) and func.attr in WEIGHTED_LAYERS
+                and ast.unparse(func.value) in ("nn", "torch.nn")):
+            return [f"{where.line(node)}: `{where.text(node)}` builds a new {func.attr} at every call of forward: its "
+                    "weights are fresh random numbers each time, and the ones the module registered (if any) are never "
+                    "used, so nothing it learns is kept. Build it once in __init__ (self.name = ...) and call that in "
+                    "forward."]
     return []
