@@ -84,10 +84,19 @@ EXAMPLES = {
     "a future mask given as attn_mask": (
         "def f(q, k, v, T):\n    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)\n"
         "    return F.scaled_dot_product_attention(q, k, v, attn_mask=future)\n", "f", ["True where a query MAY attend"]),
+    "a list of the notebook's changed by a function": (
+        "seen = []\n\ndef f(x):\n    seen.append(x)\n    return list(seen)\n", "f",
+        ["changes seen, a list that f does not make", "start empty at every call"]),
     "a layer with weights built in forward": (
         "class M(nn.Module):\n    def forward(self, x):\n        return nn.Linear(x.shape[-1], 4)(x)\n", "M",
         ["builds a new Linear at every call of forward", "Build it once in __init__"]),
 }
+
+
+def test_a_container_made_in_the_function_or_given_to_it_has_no_note():
+    source = ("table = {}\n\ndef f(x, out):\n    out.append(x)\n    table = {}\n    table[x] = 1\n"
+              "    mine = []\n    mine.append(x)\n    return out, table, mine\n")
+    assert not [n for n in _notes(source, "f") if "does not make" in n]
 
 
 def test_a_forward_that_only_wraps_registered_layers_has_no_note():

@@ -24,6 +24,12 @@ def kept_between_calls(tree: ast.AST, fn, where: Where) -> list[str]:
         notes.append(f"{where.line(tree.body[0])}: a default argument of {fn.__name__} is a {type(defaults[0]).__name__}, "
                      "made once when the function is defined and shared by every call that does not pass it: what "
                      "one call puts in it, the next finds there. Is that meant?")
+    shared = _module_containers_changed(tree, fn)
+    if shared:
+        name, node = shared
+        notes.append(f"{where.line(node)}: `{where.text(node)}` changes {name}, a {type(fn.__globals__[name]).__name__} "
+                     f"that {fn.__name__} does not make: it belongs to the notebook, made once when its cell ran, so what "
+                     "one call puts in it the next call finds there. Is it meant to start empty at every call?")
     for node in ast.walk(tree):
         if isinstance(node, ast.Global):
             notes.append(f"{where.line(node)}: `global {', '.join(node.names)}`: {fn.__name__} writes to the "
@@ -123,3 +129,32 @@ def built_in_forward(tree: ast.AST, fn, where: Where) -> list[str]:
                     "used, so nothing it learns is kept. Build it once in __init__ (self.name = ...) and call that in "
                     "forward."]
     return []
+
+
+#: methods that change a list, dict or set in place
+CHANGING_METHODS = frozenset("append extend insert update setdefault add pop clear remove discard".split())
+
+
+def _module_containers_changed(tree: ast.AST, fn) -> tuple[str, ast.AST] | None:
+    """The first list, dict or set of the notebook's own (a module-level name, not an argument, never
+    assigned in the function) that the function changes in place, and the node that does."""
+    args = fn.__code__.co_varnames[:fn.__code__.co_argcount + fn.__code__.co_kwonlyargcount]
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+    def outside(node) -> str | None:
+        if isinstance(node, ast.Name) and node.id not in args and node.id not in assigned and isinstance(
+                fn.__globals__.get(node.id), (list, dict, set)):
+            return node.id
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CHANGING_METHODS:
+            name = outside(node.func.value)
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            name = next((outside(t.value) for t in targets if isinstance(t, ast.Subscript) and outside(t.value)), None)
+        else:
+            name = None
+        if name:
+            return name, node
+    return None
