@@ -3,7 +3,8 @@
 A wrong output says *that* something is wrong; some causes are plain in the code itself and need
 no guessing: a new tensor computed and thrown away, a method named and never called, an exception
 built and never raised, a ``return`` that ends a loop in its first pass, arguments handed over in
-another parameter's place, an inner loop that takes the outer loop's name. Each note states what
+another parameter's place, an inner loop that takes the outer loop's name, a container of the notebook's
+changed by a function, a layer with weights built inside ``forward``. Each note states what
 the line does (a fact of the code, true whatever the check found) and asks whether it was meant;
 it never claims to be the cause. ``code_notes`` reads a function, or every method a class defines,
 and never raises: code it cannot read has no notes.

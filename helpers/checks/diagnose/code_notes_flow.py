@@ -1,6 +1,7 @@
 """Notes on a student's control flow and state (``code_notes``): a loop that ends in its first pass, an
 inner loop that takes the outer one's name, enumerate's pair read the other way round, values kept
-between calls, a layer built anew in every forward pass."""
+between calls (on the function, in a mutable default, in a global, or in a list, dict or set of the notebook's
+that the function changes), a layer built anew in every forward pass."""
 
 from __future__ import annotations
 
