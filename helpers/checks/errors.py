@@ -5,7 +5,8 @@ One record for an error of the student's code, in every check: ``caught`` turns 
 ``explained`` is ``explain_exception``'s account without the error's own line: where the student's
 line raised, the tensors on that line in the case's legend, and what the message means; and
 ``established`` says whether those lines read the cause off the failing line (then the check's own
-guesses are left out). ``attempt`` calls the
+guesses are left out; only a size written in and a tensor looked up in a list set it: a cause the
+message's meaning names, such as an attribute that is None, stands beside the guesses). ``attempt`` calls the
 student's function once and returns ``{"out": value}`` (with ``outside``: the layers with weights it
 called that are not part of the module, a layer built inside forward) or that record. On the judge's side,
 ``raise_caught`` turns a record into the failure message, with a hint chosen by the error's words,
