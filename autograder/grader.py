@@ -15,6 +15,7 @@ from autograder.grading import (
     without_addresses,
 )
 from autograder.protocol import Limits, Step
+from autograder.repair import wanted, with_repairs
 from autograder.runner import JobResult, run_steps
 from autograder.sandbox import Isolation
 from autograder.submission import InvalidNotebook, build_program, read_notebook
@@ -48,9 +49,16 @@ def grade_notebook(
     job = run_steps(steps, limits, isolation, replacements=lesson.solution_answers())
     try:
         with salted(limits.salt):  # the inputs the child's probes drew
-            return _judged(lesson, path, student, steps, found, job)
+            result = _judged(lesson, path, student, steps, found, job)
     except Exception as exc:  # noqa: BLE001 - results no check above foresaw: this student's, not the class's
         return uniform("crashed", f"its results could not be judged ({type(exc).__name__}: {exc})")
+    if limits.edits > 0 and any(wanted(exercise) for exercise in result.exercises):
+        try:
+            with salted(limits.salt):
+                result = with_repairs(lesson, steps, result, job, limits, isolation)
+        except Exception:  # noqa: BLE001, S110 - a repair only adds a sentence: the grade stands without it
+            pass
+    return result
 
 
 def _judged(lesson: Lesson, path: Path, student: str, steps: list[Step], found: set[str], job: JobResult) -> NotebookResult:

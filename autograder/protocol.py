@@ -136,6 +136,9 @@ class Limits:
     #: (``helpers.checks.core.salted``); 0, the inputs as the checks write them. Not a limit, but
     #: it travels with them to every process that probes or judges; never written in a report
     salt: int = 0
+    #: one-change variants of a failing answer tried for a verified repair (``autograder.repair``);
+    #: 0: none tried. It changes what feedback says, so it travels with the limits too
+    edits: int = 24
 
     def __post_init__(self):  # JSON gives lists: keep the limits hashable and comparable
         object.__setattr__(self, "steps", tuple((str(k), float(v)) for k, v in self.steps))

@@ -21,7 +21,10 @@ from autograder.course import RELEASE, cell_source, load_lesson, nbgrader_meta
 from autograder.protocol import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMITS = Limits(wall_s=300, cell_s=30)
+# no repair runs (autograder/repair.py) while a catalogue is graded: its checks' own messages are
+# what the catalogue's words test, and a second run per mistake would double the suite's time;
+# tests/test_repair.py grades with them
+LIMITS = Limits(wall_s=300, cell_s=30, edits=0)
 
 
 @functools.cache
@@ -41,7 +44,8 @@ def solution_answers(assignment: str) -> dict[str, str]:
     return lesson(assignment).solution_answers()
 
 
-def grade_submissions(assignment: str, submissions: dict[str, dict[str, str]], tmp: Path, jobs: int = 2):
+def grade_submissions(assignment: str, submissions: dict[str, dict[str, str]], tmp: Path, jobs: int = 2,
+                      limits: Limits = LIMITS):
     """Grade ``{student: {grade_id: answer source}}`` against the release; returns the gradebook."""
     les = lesson(assignment)
     release = json.loads((ROOT / RELEASE / assignment / les.filename).read_text(encoding="utf-8"))
@@ -50,7 +54,7 @@ def grade_submissions(assignment: str, submissions: dict[str, dict[str, str]], t
         target = submitted / student / assignment / les.filename
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(with_answers(release, answers)), encoding="utf-8")
-    return grade_class(ROOT, submitted, tmp / "graded", jobs=jobs, limits=LIMITS, only=[assignment], progress=False)
+    return grade_class(ROOT, submitted, tmp / "graded", jobs=jobs, limits=limits, only=[assignment], progress=False)
 
 
 def row(frame, student: str, exercise: str):

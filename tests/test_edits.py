@@ -1,0 +1,98 @@
+"""The one-change variants of an answer that ``autograder.repair`` tries (``autograder/edits.py``):
+each kind of slip has a variant that undoes it, a line of the course's answer is changed only after
+the student's own lines, and a cell that does not parse gets none."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from autograder.edits import MAX_EDITS, edits
+
+CASES = {
+    "a condition read the other way": (
+        "def f(x, flag=True):\n    if not flag:\n        return x\n    return -x\n",
+        "`not flag` (line 2) as `flag`"),
+    "a comparison strict where it should not be": (
+        "def f(ids):\n    while len(ids) > 2:\n        ids = ids[1:]\n    return ids\n",
+        "`len(ids) > 2` (line 2) as `len(ids) >= 2`"),
+    "and in place of or": (
+        "def f(a, b):\n    return 1 if a and b else 0\n",
+        "`a and b` (line 2) as `a or b`"),
+    "a return inside the loop": (
+        "def f(xs):\n    total = 0\n    for x in xs:\n        total += x\n        return total\n",
+        "`return total` (line 5) moved after its loop (one indent less)"),
+    "an accumulator reset inside its loop": (
+        "def f(xs):\n    for x in xs:\n        out = []\n        out.append(x)\n    return out\n",
+        "`out = []` (line 3) moved before its loop"),
+    "a sibling attribute": (
+        "class A:\n    def f(self, x):\n        q = self.query(x)\n        k = self.query(x)\n        v = self.value(x)\n"
+        "        return q, k, v, self.key\n",
+        "`self.query` (line 4) as `self.key`"),
+    "a name in place of another": (
+        "def f(q, k):\n    return q @ q.T\n",
+        "`q` (line 2) as `k`"),
+    "the notebook's global for the module's own": (
+        "class H:\n    def __init__(self, head_dim):\n        self.head_dim = head_dim\n"
+        "    def f(self, s):\n        return s / head_dim ** 0.5\n",
+        "`head_dim` (line 5) as `self.head_dim`"),
+    "the notebook's global for a parameter": (
+        "def f(x, n_batches):\n    return x[:EVAL_BATCHES]\n",
+        "`EVAL_BATCHES` (line 2) as `n_batches`"),
+    "a result kept under a new name": (
+        "def f(ids, step):\n    for _ in range(3):\n        new_ids = step(ids)\n    return ids\n",
+        "`new_ids` (line 3) as `ids`"),
+    "self where another module is meant": (
+        "class L:\n    def __init__(self, base):\n        for p in self.parameters():\n            p.requires_grad = False\n",
+        "`self` (line 3) as `base`"),
+    "a row where a column is meant": (
+        "def f(lengths, T):\n    return torch.arange(T) < lengths\n",
+        "`torch.arange(T) < lengths` (line 2) as `torch.arange(T) < lengths[:, None]`"),
+    "two arguments swapped": (
+        "def f(make, a, b):\n    return make(b, a)\n",
+        "`make(b, a)` (line 2) as `make(a, b)`"),
+    "keepdim forgotten": (
+        "def f(x):\n    return x - x.mean(dim=-1)\n",
+        "`x.mean(dim=-1)` (line 2) as `x.mean(dim=-1, keepdim=True)`"),
+    "an axis": (
+        "def f(x):\n    return x.softmax(dim=0)\n",
+        "`x.softmax(dim=0)` (line 2) as `x.softmax(dim=-1)`"),
+    "a result thrown away": (
+        "def f(x, m):\n    x.masked_fill(m, 0.0)\n    return x\n",
+        "`x.masked_fill(m, 0.0)` (line 2) as `x.masked_fill_(m, 0.0)`"),
+    "a bound one off": (
+        "def f(xs):\n    return [xs[i] for i in range(1, len(xs))]\n",
+        "`range(1, len(xs))` (line 2) as `range(0, len(xs))`"),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_kind_of_slip_has_the_variant_that_undoes_it(name):
+    source, wanted = CASES[name]
+    found = {e.describe(): e for e in edits(source)}
+    assert wanted in found, sorted(found)
+    ast.parse(found[wanted].source)  # a whole cell that parses
+    assert found[wanted].source != source
+
+
+def test_a_line_the_course_has_is_changed_after_the_students_own():
+    reference = "def f(x, y):\n    a = x + 1\n    b = y + 1\n    return a * b\n"
+    student = "def f(x, y):\n    a = x + 1\n    b = x + 1\n    return a * b\n"
+    lines = [e.line for e in edits(student, reference)]
+    assert lines == sorted(lines, key=lambda line: line != 3) and lines[0] == 3 and set(lines) > {3}
+    assert "`x` (line 3) as `y`" in [e.describe() for e in edits(student, reference) if e.line == 3]
+
+
+def test_no_variant_repeats_the_cell_or_another_and_there_is_a_limit():
+    source = "class M:\n" + "".join(f"    def f{i}(self, a, b, c):\n        return self.g(a, b, c) + self.h(c, b, a)\n"
+                                    for i in range(30))
+    found = edits(source)
+    assert len(found) == MAX_EDITS
+    assert len({e.source for e in found}) == len(found)
+    assert ast.unparse(ast.parse(source)) not in {e.source for e in found}
+
+
+@pytest.mark.parametrize("source", ["def f(:\n", "%time x = 1\n", ""])
+def test_a_cell_that_does_not_parse_or_has_nothing_gets_none(source):
+    assert edits(source) == []
