@@ -146,9 +146,15 @@ def _judge_add(cases):
                 told = []
                 if missing:
                     told.append(f"not wrapped: {', '.join(missing)}")
-                if extra:
-                    told.append(f"wrapped although targets do not name them: {', '.join(extra)} (a module is chosen when the last "
-                                "part of its name, after the last dot, is one of targets)")
+                # a LoRALinear under a name no layer of the model had: set on another module than the layer's parent
+                astray = [n for n in extra if n.rsplit(".", 1)[-1] in targets and n not in dict(reference.named_modules())]
+                if astray:
+                    told.append(f"LoRALinear layers were set where the model had no layer: {', '.join(astray)}, while "
+                                "the layers they wrap stay where they were (setattr on the layer's parent module, "
+                                "model.get_submodule of the name before the last dot, puts them in their place)")
+                if [n for n in extra if n not in astray]:
+                    told.append(f"wrapped although targets do not name them: {', '.join(n for n in extra if n not in astray)} "
+                                "(a module is chosen when the last part of its name, after the last dot, is one of targets)")
                 raise CheckFailed(f"{what} should wrap {', '.join(want)}; {'; '.join(told)}.")
             for name, facts in wrapped.items():
                 facts = need(facts, dict)

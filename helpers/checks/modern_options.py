@@ -91,7 +91,7 @@ def _facts(block) -> dict:
     return {"eps": {n: float(v) for n, v in norms.items() if isinstance(v, (int, float))},
             "rotary": isinstance(attention, KnownGoodRotaryAttention),
             "rope_base": base if base is None or isinstance(base, (int, float)) else "absent",
-            "n_kv": getattr(attention, "n_kv_heads", None)}
+            "n_kv": getattr(attention, "n_kv_heads", None), "n_heads": getattr(attention, "n_heads", None)}
 
 
 def _probe_options(cases):
@@ -170,6 +170,10 @@ def _layout_told(got: dict, want: dict, case, run: dict) -> str:
         elif run.get("rotary") is False:
             found.append("the attention was not replaced (it has no rotary base: lesson 04's attention, one key/value head "
                          "per query head): positions='rope' with n_kv_heads makes it RotaryGroupedAttention")
+        elif run.get("n_kv") == nh != n_kv and run.get("n_heads") == n_kv:
+            found.append(f"RotaryGroupedAttention was built with {n_kv} query heads and {nh} key/value heads, where "
+                         f"config.n_heads = {nh} and config.n_kv_heads = {n_kv}: the two counts are exchanged; pass each "
+                         "in its own place")
         elif run.get("n_kv") == nh:
             found.append(f"RotaryGroupedAttention was built with {nh} key/value heads, as many as query heads, where "
                          f"config.n_kv_heads = {n_kv}: pass it")

@@ -80,9 +80,9 @@ def _reason(state: dict, x, what: str, kind: str, nh: int, hs: int):
         alone = _one_head_fed(state) if kind == "mha" and len(ran) == nh > 1 else None
         if alone is not None:
             return (f"{what} passed to_output a tensor whose last dimension is {fed[-1]} = head_dim: every one of the "
-                    f"{nh} heads ran, and what reached to_output is head {alone}'s output alone (compared here). Was "
-                    "each head's output added to the list inside the loop (an append after the loop keeps only the "
-                    "last)?")
+                    f"{nh} heads ran, and what reached to_output is head {alone}'s output alone (compared here). Does "
+                    "the list keep only the last head's output (an append after the loop, or the list created inside "
+                    "the loop, anew for each head)?")
         if kind == "mha" and fed and fed[-1] != nh * hs:
             return (
                 f"{what} passed to_output a tensor whose last dimension is {fed[-1]}, not nh*hs = {nh * hs}: "

@@ -81,7 +81,8 @@ def _probe_rope(cases):
         runs = []
         for _, x, positions in _rope_inputs(cases):
             before = x.clone()
-            sizes = {"T": x.shape[-2], "hs": x.shape[-1], **dict(zip(("B", "nh"), x.shape[:-2], strict=False))}
+            sizes = {"T": x.shape[-2], "hs": x.shape[-1], "hs/2": x.shape[-1] // 2,  # hs/2: the frequencies
+                     **dict(zip(("B", "nh"), x.shape[:-2], strict=False))}
             try:
                 with case_sizes(sizes):
                     runs.append({"out": apply_rope(x, positions), "shifted": apply_rope(x.clone(), positions + SHIFT),
@@ -266,7 +267,8 @@ def _probe_rotary(cases):
                 expect_default_dtype(module, f"{cls.__name__}({C}, {hs}, {nh})")
                 module = module.to(dtype)
                 load_weights(module, weights, f"{cls.__name__}({C}, {hs}, {nh})")
-                runs.append(cached.run_chunked(module, x.to(dtype), chunks, {"B": B, "C": C, "hs": hs, "nh": nh}))
+                runs.append(cached.run_chunked(module, x.to(dtype), chunks, {"B": B, "C": C, "hs": hs, "nh": nh,
+                                                                             "hs/2": hs // 2}))  # the frequencies
             return {"runs": runs}
         finally:
             for scope, original in saved:

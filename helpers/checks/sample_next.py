@@ -65,8 +65,9 @@ def _sample_variants(row, t, top_k, top_p) -> dict[str, torch.Tensor]:
     raw = torch.tensor(row, dtype=torch.float64)
     variants = {
         "the temperature multiplies the logits instead of dividing them": _filtered(raw * t, top_k, top_p),
-        "the temperature has no effect (divide the logits by it before the softmax, not the "
-        "probabilities after it)": _filtered(raw, top_k, top_p),
+        "the temperature has no effect: the draws follow the filtered logits as if they had not been divided "
+        "(are the logits divided before the softmax, not the probabilities after it, and are the divided ones "
+        "the ones filtered and sampled?)": _filtered(raw, top_k, top_p),
         "the filters are ignored (top_k / top_p must remove tokens before the softmax)": raw / t,
         "the temperature is applied twice (the logits are divided by it once before the filters and once more "
         "after them)": _filtered(raw / t, top_k, top_p) / t,

@@ -218,6 +218,9 @@ def _pattern(case, want: list[float], got: list[float], bad: list[int]) -> str:
         inside = all(min_lr - 1e-12 <= got[s] <= lr + 1e-12 for s in decay)
         if inside:  # read the progress of the cosine back from the rates
             progress = [math.acos(max(-1.0, min(1.0, 2 * (got[s] - min_lr) / (lr - min_lr) - 1))) / math.pi for s in decay]
+            if all(_close(got[s], lr) for s in range(warmup, steps)):  # lr at every step of the decay: none
+                return (f"with cosine={cosine} the rate stays at lr after the warm-up, as it does without the cosine: "
+                        f"the decay never happens (is the cosine's condition read the other way?); {where}")
             if all(min(p, 1 - p) <= 1e-9 for p in progress):
                 return ("within the decay the rate jumps between lr and min_lr: the progress is 0 or 1 and nothing "
                         f"in between (an integer division //, or a rounded progress); {where}")
