@@ -169,6 +169,65 @@ def _move_before_loop(loop_index: int, stmt_index: int) -> Change:
     return change
 
 
+def _orders(nodes):
+    """Two neighbouring statements of one block in each other's place (a value used before it is updated,
+    or updated before it is read)."""
+    for parent in nodes:
+        for field in ("body", "orelse"):
+            block = getattr(parent, field, None)
+            if not isinstance(block, list):
+                continue
+            for k in range(len(block) - 1):
+                a, b = block[k], block[k + 1]
+                if isinstance(a, STRUCTURE) or isinstance(b, STRUCTURE) or ast.dump(a) == ast.dump(b):
+                    continue
+                yield nodes.index(b), _swap_statements(nodes.index(parent), field, k)
+
+
+STRUCTURE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Return, ast.Expr)
+
+
+def _swap_statements(parent_index: int, field: str, k: int) -> Change:
+    def change(_node, tree):
+        block = getattr(_nodes(tree)[parent_index], field)
+        block[k], block[k + 1] = block[k + 1], block[k]
+        return block[k]
+    change.moved = "one statement earlier, before the line above it"
+    return change
+
+
+SWAPPED_OPERATORS = {ast.FloorDiv: ast.Div, ast.Div: ast.FloorDiv}
+SWAPPED_CALLS = {"sum": "mean", "mean": "sum", "amax": "amin", "amin": "amax", "argmax": "argmin", "argmin": "argmax"}
+
+
+def _operators(nodes):
+    """``//`` for ``/`` (or the reverse), sum for mean, max for min, ``is`` for ``==``, and the names an
+    assignment unpacks into in each other's place."""
+    for i, node in enumerate(nodes):
+        if isinstance(node, ast.BinOp) and type(node.op) in SWAPPED_OPERATORS:
+            def change(n, tree):
+                n.op = SWAPPED_OPERATORS[type(n.op)]()
+                return n
+            yield i, change
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SWAPPED_CALLS:
+            def change(n, tree):
+                n.func.attr = SWAPPED_CALLS[n.func.attr]
+                return n
+            yield i, change
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in (ast.Is, ast.IsNot):
+            def change(n, tree):
+                n.ops = [ast.Eq() if isinstance(n.ops[0], ast.Is) else ast.NotEq()]
+                return n
+            yield i, change
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple) and len(node.targets[0].elts) >= 2:
+            for k in range(len(node.targets[0].elts) - 1):
+                def change(n, tree, k=k):
+                    elts = n.targets[0].elts
+                    elts[k], elts[k + 1] = elts[k + 1], elts[k]
+                    return n.targets[0]
+                yield nodes.index(node.targets[0]), _on_parent(i, "targets", change)
+
+
 def _argument_swaps(nodes):
     for i, node in enumerate(nodes):
         if isinstance(node, ast.Call) and len(node.args) >= 2:
@@ -392,8 +451,8 @@ def _inside(func: ast.AST, node: ast.AST) -> bool:
 
 
 # the likeliest first; a sibling name or attribute has the most variants, so it comes last
-KINDS = (_negations, _comparisons, _loops, _discarded, _keepdims, _columns, _argument_swaps, _bounds, _globals, _axes,
-         _siblings)
+KINDS = (_negations, _comparisons, _loops, _discarded, _keepdims, _operators, _columns, _argument_swaps, _bounds,
+         _globals, _orders, _axes, _siblings)
 
 
 def edits(source: str, reference: str | None = None, limit: int = MAX_EDITS) -> list[Edit]:
@@ -427,6 +486,7 @@ def edits(source: str, reference: str | None = None, limit: int = MAX_EDITS) -> 
         if line is None or text in sources:
             continue
         sources.add(text)
-        after = " ".join(ast.unparse(shown).split())
+        after = ", ".join(map(ast.unparse, shown.elts)) if isinstance(shown, ast.Tuple) else ast.unparse(shown)
+        after = " ".join(after.split())
         found.append(Edit(text, line, _segment(source, node), after, getattr(change, "moved", "")))
     return found

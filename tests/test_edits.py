@@ -49,6 +49,21 @@ CASES = {
     "a row where a column is meant": (
         "def f(lengths, T):\n    return torch.arange(T) < lengths\n",
         "`torch.arange(T) < lengths` (line 2) as `torch.arange(T) < lengths[:, None]`"),
+    "two statements in each other's place": (
+        "def f(xs):\n    total = 0\n    for x in xs:\n        out = total\n        total = total + x\n    return out\n",
+        "`total = total + x` (line 5) moved one statement earlier, before the line above it"),
+    "floor division for division": (
+        "def f(a, b):\n    return a // b\n",
+        "`a // b` (line 2) as `a / b`"),
+    "a sum for a mean": (
+        "def f(x):\n    return x.sum(dim=-1)\n",
+        "`x.sum(dim=-1)` (line 2) as `x.mean(dim=-1)`"),
+    "is for ==": (
+        "def f(a, b):\n    return a is b\n",
+        "`a is b` (line 2) as `a == b`"),
+    "a tuple unpacked in the other order": (
+        "def f(g):\n    values, ids = g()\n    return ids\n",
+        "`values, ids` (line 2) as `ids, values`"),
     "two arguments swapped": (
         "def f(make, a, b):\n    return make(b, a)\n",
         "`make(b, a)` (line 2) as `make(a, b)`"),
