@@ -228,6 +228,36 @@ def _operators(nodes):
                 yield nodes.index(node.targets[0]), _on_parent(i, "targets", change)
 
 
+def _identities(nodes):
+    """Every ``is`` of one line as ``==`` (``is not`` as ``!=``) at once: the same slip written twice, as in
+    ``ids[i] is a and ids[i + 1] is b``."""
+    lines: dict[int, list[int]] = {}
+    for i, node in enumerate(nodes):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in (ast.Is, ast.IsNot) \
+                and not _is_none(node.comparators[0]):
+            lines.setdefault(node.lineno, []).append(i)
+    for line, found in lines.items():
+        if len(found) < 2:
+            continue
+        owner = next((i for i, n in enumerate(nodes) if isinstance(n, (ast.If, ast.While, ast.Assign, ast.Return, ast.Expr))
+                      and n.lineno == line), None)
+        if owner is None:
+            continue
+        shown = nodes[owner].test if isinstance(nodes[owner], (ast.If, ast.While)) else nodes[owner]
+        at = nodes.index(shown)
+
+        def change(_node, tree, found=found, at=at):
+            for i in found:
+                n = _nodes(tree)[i]
+                n.ops = [ast.Eq() if isinstance(n.ops[0], ast.Is) else ast.NotEq()]
+            return _nodes(tree)[at]
+        yield nodes.index(shown), change
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def _argument_swaps(nodes):
     for i, node in enumerate(nodes):
         if isinstance(node, ast.Call) and len(node.args) >= 2:
@@ -451,8 +481,8 @@ def _inside(func: ast.AST, node: ast.AST) -> bool:
 
 
 # the likeliest first; a sibling name or attribute has the most variants, so it comes last
-KINDS = (_negations, _comparisons, _loops, _discarded, _keepdims, _operators, _columns, _argument_swaps, _bounds,
-         _globals, _orders, _axes, _siblings)
+KINDS = (_negations, _comparisons, _loops, _discarded, _keepdims, _operators, _identities, _columns, _argument_swaps,
+         _bounds, _globals, _orders, _axes, _siblings)
 
 
 def edits(source: str, reference: str | None = None, limit: int = MAX_EDITS) -> list[Edit]:

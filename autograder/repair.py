@@ -1,4 +1,4 @@
-"""Verified repairs: one change to a failing answer that makes it pass every test of its exercise.
+"""Verified repairs: one change to a failing answer that makes it pass every test of its exercise that ran.
 
 The checks' messages say what a probe established, and name a cause where a rule could establish
 one. For the rest (a condition read the other way, a sibling attribute in place of another, a
@@ -62,7 +62,7 @@ def with_repairs(lesson: Lesson, steps: list[Step], result: NotebookResult, firs
                    if all(_passes(t, n, gid, job, code) for t in tests)]
         descriptions = list(dict.fromkeys(edit.describe() for edit in passing))
         if 0 < len(descriptions) <= MAX_SAID:
-            said[gid] = sentence(descriptions)
+            said[gid] = sentence(descriptions, _which(tests))
     if not said:
         return result
     exercises = [e if e.exercise not in said else replace(e, tests=[
@@ -77,12 +77,20 @@ def _with(message: str, said: str) -> str:
     return f"{message}\n{said}" if "\n" in message else f"{message} {said}"
 
 
-def sentence(descriptions: list[str]) -> str:
+def _which(tests) -> str:
+    """The tests that ran, in words: a self-check runs the visible ones only."""
+    hidden = any(t.hidden for t in tests)
+    visible = any(not t.hidden for t in tests)
+    kinds = "visible and hidden" if hidden and visible else "hidden" if hidden else "visible"
+    return f"this exercise's {kinds} test{'s' if len(tests) > 1 else ''}"
+
+
+def sentence(descriptions: list[str], which: str) -> str:
     if len(descriptions) == 1:
-        return (f"Checked by running your code again with one change: with {descriptions[0]}, it passes every test of "
-                "this exercise. That is the line to fix.")
-    return ("Checked by running your code again with one change at a time: each of these makes it pass every test "
-            f"of this exercise: {'; '.join(descriptions)}.")
+        return (f"Checked by running your code again with one change: with {descriptions[0]}, it passes {which}. "
+                "That is the line to fix.")
+    return ("Checked by running your code again with one change at a time: each of these makes it pass "
+            f"{which}: {'; '.join(descriptions)}.")
 
 
 def _passes(test, n: int, gid: str, job: JobResult, code: tuple[str, ...]) -> bool:

@@ -5,10 +5,13 @@ the student's own lines, and a cell that does not parse gets none."""
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 
 from autograder.edits import MAX_EDITS, edits
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CASES = {
     "a condition read the other way": (
@@ -61,6 +64,9 @@ CASES = {
     "is for ==": (
         "def f(a, b):\n    return a is b\n",
         "`a is b` (line 2) as `a == b`"),
+    "is for == twice on one line": (
+        "def f(ids, a, b, i):\n    if ids[i] is a and ids[i + 1] is b:\n        return 1\n    return 0\n",
+        "`ids[i] is a and ids[i + 1] is b` (line 2) as `ids[i] == a and ids[i + 1] == b`"),
     "a tuple unpacked in the other order": (
         "def f(g):\n    values, ids = g()\n    return ids\n",
         "`values, ids` (line 2) as `ids, values`"),
@@ -111,3 +117,21 @@ def test_no_variant_repeats_the_cell_or_another_and_there_is_a_limit():
 @pytest.mark.parametrize("source", ["def f(:\n", "%time x = 1\n", ""])
 def test_a_cell_that_does_not_parse_or_has_nothing_gets_none(source):
     assert edits(source) == []
+
+
+def test_every_answer_of_the_course_and_every_catalogued_alternative_gets_variants_that_parse():
+    """The variants come from any answer a student could hand in: the course's own, and every correct
+    alternative of every lesson's catalogue, each against the course's answer."""
+    from autograder.catalogue import load_catalogue
+    from autograder.course import lessons
+
+    for lesson in lessons(ROOT):
+        answers = lesson.solution_answers()
+        sources = [(gid, source) for gid, source in answers.items()]
+        sources += [(gid, source) for alternative in load_catalogue(lesson).alternatives.values()
+                    for gid, source in alternative.items()]
+        for gid, source in sources:
+            found = edits(source, answers.get(gid))
+            assert found and len(found) <= MAX_EDITS, (lesson.assignment, gid)
+            for edit in found:
+                ast.parse(edit.source)

@@ -42,7 +42,7 @@ def graded(tmp_path_factory):
 @pytest.mark.slow
 def test_the_change_that_passes_every_test_is_said_with_its_line(graded):
     message = row(graded[0], "inverted", "tied-lm").message
-    assert f"{REPAIRED}: with `not tie_weights` (line" in message and "as `tie_weights`, it passes every test" in message
+    assert f"{REPAIRED}: with `not tie_weights` (line" in message and "as `tie_weights`, it passes this exercise's visible and hidden tests" in message
     assert row(graded[0], "inverted", "tied-lm").score == 0  # the grade is the grade: the sentence only explains it
 
 
@@ -61,4 +61,4 @@ def test_no_repair_is_tried_when_the_limits_say_none(graded):
 @pytest.mark.slow
 def test_a_variant_that_runs_for_ever_is_stopped_and_the_rest_are_tried(graded):
     forever = row(graded[0], "forever", "tied-lm")
-    assert forever.status == "failed" and "as `tie_weights`, it passes every test" in forever.message
+    assert forever.status == "failed" and "as `tie_weights`, it passes this exercise's visible and hidden tests" in forever.message
