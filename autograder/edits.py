@@ -36,11 +36,11 @@ class Edit:
     line: int
     before: str
     after: str
-    moved: str = ""  # for a statement moved: where to ("after its loop", "before its loop")
+    moved: str = ""  # for a statement moved or left out: what became of it ("moved before its loop", "left out")
 
     def describe(self) -> str:
         if self.moved:
-            return f"`{self.before}` (line {self.line}) moved {self.moved}"
+            return f"`{self.before}` (line {self.line}) {self.moved}"
         return f"`{self.before}` (line {self.line}) as `{self.after}`"
 
 
@@ -108,7 +108,7 @@ def _loops(nodes):
             continue
         last = node.body[-1]
         if isinstance(last, ast.Return) and len(node.body) > 1:
-            yield nodes.index(last), _move_after_loop(i)  # shown as moved: see MOVES
+            yield nodes.index(last), _move_after_loop(i)
         for stmt in node.body[:-1]:
             if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
                     and _is_start_value(stmt.value) and _grows(node.body, stmt.targets[0].id)):
@@ -154,7 +154,7 @@ def _move_after_loop(loop_index: int) -> Change:
         block, at = _container_of(tree, loop)
         block.insert(at + 1, last)
         return last
-    change.moved = "after its loop (one indent less)"
+    change.moved = "moved after its loop (one indent less)"
     return change
 
 
@@ -165,7 +165,7 @@ def _move_before_loop(loop_index: int, stmt_index: int) -> Change:
         block, at = _container_of(tree, loop)
         block.insert(at, stmt)
         return stmt
-    change.moved = "before its loop"
+    change.moved = "moved before its loop"
     return change
 
 
@@ -192,7 +192,28 @@ def _swap_statements(parent_index: int, field: str, k: int) -> Change:
         block = getattr(_nodes(tree)[parent_index], field)
         block[k], block[k + 1] = block[k + 1], block[k]
         return block[k]
-    change.moved = "one statement earlier, before the line above it"
+    change.moved = "moved one statement earlier, before the line above it"
+    return change
+
+
+def _omissions(nodes):
+    """A statement left out (a step too many: the mean subtracted in an RMS norm, a second scaling): an
+    assignment or a call of its own, in a block that keeps another statement."""
+    for parent in nodes:
+        for field in ("body", "orelse"):
+            block = getattr(parent, field, None)
+            if not isinstance(block, list) or len(block) < 2:
+                continue
+            for k, stmt in enumerate(block):
+                if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) or (
+                        isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+                    yield nodes.index(stmt), _leave_out(nodes.index(parent), field, k)
+
+
+def _leave_out(parent_index: int, field: str, k: int) -> Change:
+    def change(_node, tree):
+        return getattr(_nodes(tree)[parent_index], field).pop(k)
+    change.moved = "left out"
     return change
 
 
@@ -482,7 +503,7 @@ def _inside(func: ast.AST, node: ast.AST) -> bool:
 
 # the likeliest first; a sibling name or attribute has the most variants, so it comes last
 KINDS = (_negations, _comparisons, _loops, _discarded, _keepdims, _operators, _identities, _columns, _argument_swaps,
-         _bounds, _globals, _orders, _axes, _siblings)
+         _bounds, _globals, _orders, _omissions, _axes, _siblings)
 
 
 def edits(source: str, reference: str | None = None, limit: int = MAX_EDITS) -> list[Edit]:

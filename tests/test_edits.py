@@ -55,6 +55,9 @@ CASES = {
     "two statements in each other's place": (
         "def f(xs):\n    total = 0\n    for x in xs:\n        out = total\n        total = total + x\n    return out\n",
         "`total = total + x` (line 5) moved one statement earlier, before the line above it"),
+    "a step too many": (
+        "def f(x):\n    x = x - x.mean()\n    return x / x.norm()\n",
+        "`x = x - x.mean()` (line 2) left out"),
     "floor division for division": (
         "def f(a, b):\n    return a // b\n",
         "`a // b` (line 2) as `a / b`"),
