@@ -1,10 +1,14 @@
 """One-edit variants of an answer cell's source, for ``autograder.repair``.
 
 Each variant changes one thing a student's slip can get wrong: a condition read the other way, a
-comparison strict where it should not be (or the reverse), ``and`` for ``or``, a ``return`` inside a
-loop, an accumulator reset inside its loop, one of the cell's own names or attributes in place of a
-sibling, two arguments in each other's place, an axis, ``keepdim``, a result thrown away, a bound off
-by one. The variants are text for the child to run; nothing here runs them.
+comparison strict where it should not be (or the reverse), ``and`` for ``or``, ``is`` for ``==``,
+``//`` for ``/``, sum for mean, a ``return`` inside a loop, an accumulator reset inside its loop, two
+neighbouring statements in each other's place, a statement too many, one of the cell's own names or
+attributes in place of a sibling, the notebook's global for the function's own, two arguments or an
+unpacking's names in each other's place, an axis, ``keepdim``, a row where a column was meant, a
+result thrown away, a bound off by one. The variants are text for the child to run; nothing here
+runs them. The kinds are tried in ``KINDS``' order, changes on the student's own lines first
+(``edits``), at most ``Limits.edits`` of them.
 """
 
 from __future__ import annotations
