@@ -90,7 +90,46 @@ EXAMPLES = {
     "a layer with weights built in forward": (
         "class M(nn.Module):\n    def forward(self, x):\n        return nn.Linear(x.shape[-1], 4)(x)\n", "M",
         ["builds a new Linear at every call of forward", "Build it once in __init__"]),
+    "a second name taken for a copy, then written through": (
+        "def f(x, pos):\n    out = x\n    out += pos\n    return out\n", "f",
+        ["makes out a second name for x, not a copy", "(line 3)", "`x.clone()`"]),
+    "a full slice of a tensor taken for a copy": (
+        "def f(scores):\n    masked = scores[:]\n    masked[0, 1] = 0.0\n    return masked\n", "f",
+        ["`scores[:]` is a view that shares scores's memory"]),
+    "an iterator read twice": (
+        "def f(ids):\n    pairs = zip(ids, ids[1:])\n    counts = dict.fromkeys(pairs, 0)\n    for p in pairs:\n"
+        "        counts[p] += 1\n    return counts\n", "f",
+        ["`pairs` is zip(...), an iterator", "(line 3, `counts = dict.fromkeys(pairs, 0)`) uses it up", "(line 4)"]),
+    "a lambda made in a loop that reads the loop's name": (
+        "def f(table, state):\n    copies = {ours: (lambda: state[theirs]) for ours, theirs in table.items()}\n"
+        "    return {k: g() for k, g in copies.items()}\n", "f",
+        ["reads `theirs` when it is called", "`lambda theirs=theirs: ...`"]),
+    "a mutable default in a helper written beside the answer": (
+        "def collect(model, found=[]):\n    found.extend(model)\n    return found\n\n"
+        "def f(model):\n    return collect(model)\n", "f", ["default argument of collect is a list"]),
 }
+
+
+def test_python_semantics_notes_stay_silent_where_the_code_is_right():
+    sources = {
+        "a copy written into": "def f(x, pos):\n    out = x.clone()\n    out += pos\n    return out\n",
+        "a second name rebound before the write": "def f(x, pos):\n    out = x\n    out = out + pos\n    out += 1\n    return out\n",
+        "an iterator read once": "def f(ids):\n    pairs = zip(ids, ids[1:])\n    return dict.fromkeys(pairs, 0)\n",
+        "an iterator stepped by next, then read": "def f(xs):\n    it = iter(xs)\n    first = next(it)\n"
+                                                 "    return [first] + [x for x in it]\n",
+        "a lambda called in its own pass": "def f(rows):\n    out = []\n    for r in rows:\n"
+                                            "        out.append(sorted(r, key=lambda v: abs(v - r[0])))\n    return out\n",
+        "a lambda that binds the name at once": "def f(table, state):\n"
+                                                "    return {o: (lambda t=t: state[t]) for o, t in table.items()}\n",
+        "a helper from another cell": None,
+    }
+    for label, source in sources.items():
+        if source is not None:
+            assert _notes(source, "f") == [], label
+    helper = _cell("def collect(model, found=[]):\n    found.extend(model)\n    return found\n")["collect"]
+    namespace = _cell("def f(model):\n    return collect(model)\n")
+    namespace["collect"] = helper  # defined in an earlier cell: not the answer's own code
+    assert cn.code_notes(namespace["f"]) == []
 
 
 def test_a_container_made_in_the_function_or_given_to_it_has_no_note():

@@ -267,6 +267,19 @@ def test_a_tensor_looked_up_in_a_list_is_told_only_when_the_line_does_it():
         assert dg._tensor_in_list(source, values) == [], source
 
 
+def test_a_tensors_truth_value_is_told_only_for_the_error_it_raises_and_a_name_the_line_tests():
+    mask, ambiguous = torch.ones(2, 3, dtype=torch.bool), RuntimeError(
+        "Boolean value of Tensor with more than one value is ambiguous")
+    for line in ("if not mask:", "keep = mask or default", "while mask:"):
+        (told,) = dg.exceptions._truth_of_a_tensor(ambiguous, line, [("mask", mask)])
+        assert "truth value of mask, a tensor of 6 values" in told and "`mask is None`" in told, line
+    for exc, line, values in ((ambiguous, "if mask is None:", [("mask", mask)]),  # compared with None: not the cause
+                              (ambiguous, "if not mask.any():", [("mask", mask)]),
+                              (ambiguous, "if not flag:", [("flag", torch.ones(1, dtype=torch.bool))]),  # one value
+                              (RuntimeError("shape mismatch"), "if not mask:", [("mask", mask)])):  # another error
+        assert dg.exceptions._truth_of_a_tensor(exc, line, values) == [], line
+
+
 def test_float32_precision_is_not_said_of_a_near_factor_per_row():
     """Another eps in a norm scales each row by a factor a hair from 1: systematic, not rounding."""
     rows = 1 + 1e-7 * torch.arange(1.0, 13.0, dtype=torch.float64).view(2, 6, 1)

@@ -103,6 +103,11 @@ def pairs_reading(ids, got, expected):
         for words, f in {"0": lambda e: 0, "minus what it should be": lambda e: -e, "one more than it should be": lambda e: e + 1,
                          "one less than it should be": lambda e: e - 1, "twice what it should be": lambda e: 2 * e}.items():
             if all(got[p] == f(e) for p, e in expected.items()):
+                if words == "0":  # nothing was ever added: the pairs were found, the counting never ran or never added
+                    return ("the pairs are right, but every count is 0: nothing was ever added to a count. Does the "
+                            "loop that counts run over the pairs at all (an iterator, such as a zip(...), that an "
+                            "earlier pass used up is empty the second time), and does each occurrence add 1 to a "
+                            "count that starts at 0 (counts.get(pair, 0) + 1)?")
                 return (f"the pairs are right, but every count is {words}: each occurrence must add 1 to a "
                         "count that starts at 0 (counts.get(pair, 0) + 1)")
     if set(got) == set(expected):
@@ -191,9 +196,11 @@ def merge_reading(case, got, expected):
     if not isinstance(got, list):
         return None
     if got == list(ids):
+        large = (" `is` compares identity, not value: equal ints above 256 are often different objects, so ids[i] is "
+                 "pair[0] fails for them, use ==;") if max(pair) > 256 else ""
         return (f"nothing was merged: your output is ids unchanged, though {pair} occurs at {_positions(ids, pair)}. "
-                "Does your comparison ever hold? (a list slice never equals a tuple, [1, 2] == (1, 2) is False; "
-                "and ids[i], ids[i + 1] must be compared with pair[0], pair[1] in that order)")
+                "Does your comparison ever hold? (a list slice never equals a tuple, [1, 2] == (1, 2) is False;"
+                f"{large} and ids[i], ids[i + 1] must be compared with pair[0], pair[1] in that order)")
     if got == [x for x in expected if x != new_id]:
         return f"each occurrence of {pair} was removed instead of replaced: append new_id ({new_id}) where the pair was"
     if got == [x for x in expected if x == new_id]:

@@ -105,8 +105,10 @@ def _load_hint(error: str, case) -> str:
         return ("This checkpoint's head is tied (config.tie_weights): it has no lm_head.weight; the token table "
                 "serves as the head, and the model's lm_head.weight already is word_to_embedding.weight.")
     if re.search(r"size of tensor a \((\d+)\) must match", error):
-        return ("A weight does not fit its module. Llama's checkpoint stores nn.Linear weights as (out, in), "
-                "the layout of the course's modules: copy them without transposing.")
+        return ("A checkpoint tensor does not fit the weight it is copied into. Is each weight paired with the "
+                "checkpoint entry of its own name (a name that a lambda or a later loop reads after its own loop "
+                "has ended is the last one for every copy)? Llama's checkpoint stores nn.Linear weights as "
+                "(out, in), the layout of the course's modules, so they are copied without a transpose.")
     key = re.fullmatch(r"KeyError: '(.*)'", error)
     if key:
         return (f"The checkpoint has no entry {key[1]!r}. Its names: model.embed_tokens.weight, "

@@ -233,8 +233,15 @@ def _judge_decode(texts):
                     f"{what} returned {_show(out)}, the printed tensor; turn each id into a character with chr."
                 )
             if len(out) != len(text):
+                # which ids lost their character, when the output is the text with some characters left out
+                kept = [c for c in text if c in out]
+                lost = sorted({ids[k] for k, c in enumerate(text) if c not in out})
+                which = (" The character of id 0 is missing and every other one is there: is id 0 filtered out "
+                         "(`if code` reads 0 as false)?" if lost == [0] else
+                         f" The characters of ids {lost} are missing and every other one is there.") if lost and \
+                    "".join(kept) == out else ""
                 raise CheckFailed(
-                    f"{what} should return {len(text)} characters, one per id, got {len(out)}: {_show(out)}."
+                    f"{what} should return {len(text)} characters, one per id, got {len(out)}: {_show(out)}.{which}"
                 )
             i = next(k for k, (a, b) in enumerate(zip(text, out, strict=True)) if a != b)
             how = " (the text reversed)" if out == text[::-1] else ""

@@ -28,6 +28,19 @@ from helpers.reference import training_step as ref
 
 ADAMW_DEFAULT = "AdamW's default weight_decay, 0.01 (the group has no 'weight_decay' key)"
 STRANGER = "a tensor that is not a parameter of the model"
+# what such a tensor is, established from its memory and values, and how the message says it
+SHARED, COPIED, ELSEWHERE = (f"{STRANGER}, sharing a parameter's memory", f"{STRANGER}, holding a parameter's values",
+                             f"{STRANGER}, nor a copy of one")
+STRANGER_WORDS = {
+    SHARED: "share a parameter's memory but are other tensor objects (.data, .detach() or a view): AdamW must get "
+            "the model's own parameters",
+    COPIED: "hold the values of a parameter but are other tensors (a copy: .clone(), torch.tensor(...)): AdamW must "
+            "get the model's own parameters",
+    ELSEWHERE: "are not the model's parameters, and no parameter of the model shares their memory or holds their "
+               "values: tensors from somewhere else (another model's, kept from an earlier call by a list that "
+               "outlives the call, such as a default argument or a global?)",
+    STRANGER: "are not tensors: AdamW must get the model's own parameters",
+}
 
 
 class Mixer(nn.Module):
@@ -106,8 +119,26 @@ def _plain(groups, model: nn.Module):
         out.append({"keys": sorted(str(k) for k in group),
                     "weight_decay": decay if isinstance(decay, (int, float)) and not isinstance(decay, bool) else None,
                     "has_decay": "weight_decay" in group,
-                    "params": [names.get(id(p), STRANGER) if isinstance(p, torch.Tensor) else STRANGER for p in params]})
+                    "params": [names.get(id(p)) or _stranger(p, model) for p in params]})
     return {"groups": out}
+
+
+def _stranger(tensor, model: nn.Module) -> str:
+    """Which kind of stranger ``tensor`` is: one that shares a parameter's memory, one that holds a
+    parameter's values, or neither (or not a tensor at all)."""
+    if not isinstance(tensor, torch.Tensor):
+        return STRANGER
+    params = list(model.parameters())
+    try:
+        mine = tensor.untyped_storage().data_ptr()
+        if any(mine == p.untyped_storage().data_ptr() for p in params):
+            return SHARED
+    except (RuntimeError, NotImplementedError):  # a tensor with no storage of its own
+        pass
+    if any(p.shape == tensor.shape and p.dtype == tensor.dtype and torch.equal(p.detach(), tensor.detach())
+           for p in params):
+        return COPIED
+    return ELSEWHERE
 
 
 def _call(function, case: Case) -> dict:
@@ -208,10 +239,10 @@ def _form(what: str, case: Case, got, run: dict) -> str | None:
 
 def _reading(case: Case, got, expected) -> str:
     said = []
-    twice = [n for n, v in got.items() if n != STRANGER and len(v) > 1]
-    if STRANGER in got:
-        said.append(f"{len(got[STRANGER])} tensor(s) in your groups are not parameters of the model (a copy, "
-                    "or .data): AdamW must get the model's own parameters")
+    twice = [n for n, v in got.items() if n not in STRANGER_WORDS and len(v) > 1]
+    for kind, words in STRANGER_WORDS.items():
+        if kind in got:
+            said.append(f"{len(got[kind])} {'item' if kind == STRANGER else 'tensor'}(s) in your groups {words}")
     for n in twice[:4]:
         decays = sorted({repr(v) for v in got[n]})
         if len(decays) > 1:

@@ -4,7 +4,8 @@ A wrong output says *that* something is wrong; some causes are plain in the code
 no guessing: a new tensor computed and thrown away, a method named and never called, an exception
 built and never raised, a ``return`` that ends a loop in its first pass, arguments handed over in
 another parameter's place, an inner loop that takes the outer loop's name, a container of the notebook's
-changed by a function, a layer with weights built inside ``forward``. Each note states what
+changed by a function, a layer with weights built inside ``forward``, and Python's own semantics
+(``code_notes_python``). Helpers the student wrote in the same cell are read too. Each note states what
 the line does (a fact of the code, true whatever the check found) and asks whether it was meant;
 it never claims to be the cause. ``code_notes`` reads a function, or every method a class defines,
 and never raises: code it cannot read has no notes.
@@ -22,6 +23,7 @@ import types
 
 from helpers.checks.diagnose import code_notes_calls as calls
 from helpers.checks.diagnose import code_notes_flow as flow
+from helpers.checks.diagnose import code_notes_python as python
 from helpers.checks.diagnose.code_reading import Where, called_name
 
 #: tensor (and str) methods that return a new value and leave their object as it was: a line that
@@ -77,7 +79,21 @@ def _functions(obj) -> list[types.FunctionType]:
     as the student wrote it, so that the names it calls are looked up where the student defined them."""
     found = [obj] if callable(obj) and not isinstance(obj, type) else list(vars(obj).values()) if isinstance(obj, type) else []
     found = [inspect.unwrap(f) if callable(f) and hasattr(f, "__wrapped__") else f for f in found]
-    return [f for f in found if isinstance(f, types.FunctionType)]
+    found = [f for f in found if isinstance(f, types.FunctionType)]
+    return found + [h for h in _helpers_of(found) if h not in found]
+
+
+def _helpers_of(functions: list[types.FunctionType]) -> list[types.FunctionType]:
+    """The functions that ``functions`` call by name and that were written in the same cell: a helper
+    the student added beside the answer (the course's own functions come from other cells or modules)."""
+    found = []
+    for fn in functions:
+        for name in fn.__code__.co_names:
+            helper = fn.__globals__.get(name)
+            if isinstance(helper, types.FunctionType) and helper is not fn and helper not in found \
+                    and helper.__code__.co_filename == fn.__code__.co_filename:
+                found.append(helper)
+    return found
 
 
 def _function_notes(fn: types.FunctionType) -> list[str]:
@@ -90,6 +106,8 @@ def _function_notes(fn: types.FunctionType) -> list[str]:
     where = Where(fn.__name__, first, source)
     stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     notes: list[str] = flow.kept_between_calls(tree, fn, where) + flow.built_in_forward(tree, fn, where)
+    notes += python.alias_written_through(tree, _parameters(fn), where) + python.iterator_read_twice(tree, where)
+    notes += python.late_bound_functions(tree, where)
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr):
             notes += _dropped(node, fn, where, stored)

@@ -107,7 +107,8 @@ def explain_error(exc: BaseException, sizes=None, axes_of=None) -> Explained:
     outside = outside_told(getattr(exc, "course_outside", None))  # the cause; what PyTorch says follows from it
     if outside:
         lines.append(outside[0].upper() + outside[1:])
-    written = _sizes_written_in(exc, source or "", values, sizes) or _tensor_in_list(source or "", values)
+    written = (_sizes_written_in(exc, source or "", values, sizes) or _tensor_in_list(source or "", values)
+               or _truth_of_a_tensor(exc, source or "", values))
     lines.extend(written)
     meaning = _meaning(exc, sizes, values, source or "", guesses=not written)
     if meaning:
@@ -140,6 +141,24 @@ def _tensor_in_list(source: str, values) -> list[str]:
                     "is elementwise (it broadcasts, or gives a tensor whose truth is ambiguous), not whether it is the "
                     f"same object. Compare identities: `id({left}) in {{id(q) for q in {right}}}`, or keep the ids "
                     "(or the names) in a set."]
+    return []
+
+
+def _truth_of_a_tensor(exc: BaseException, source: str, values) -> list[str]:
+    """``if not mask:`` (``if mask``, ``mask or ...``, ``while x``) raised "Boolean value of Tensor with more
+    than one value is ambiguous": the line asks for the truth value of a tensor of several values."""
+    if "Boolean value of Tensor" not in str(exc):
+        return []
+    code = re.sub(r"#.*", "", source)
+    for name, value in values:
+        if not (isinstance(value, torch.Tensor) and value.numel() > 1):
+            continue
+        word = re.escape(name)
+        if re.search(rf"\b(?:if|while|not|and|or)\s+{word}\b(?!\s*(?:is|==|!=|\.|\[|\())", code) or re.search(
+                rf"(?<![\w.]){word}\s+(?:and|or)\b", code):
+            return [f"The line asks for the truth value of {name}, a tensor of {value.numel()} values, which has none "
+                    f"(only a tensor of one value reads as true or false). To ask whether an argument was given, "
+                    f"compare it with None (`{name} is None`); to ask about its values, `.any()` or `.all()`."]
     return []
 
 

@@ -1,0 +1,167 @@
+"""Notes on Python's own semantics in a student's code (``code_notes``): a second name taken for a copy
+and then written through, an iterator read twice, a function made in a loop that reads the loop's name when it is called. Each says what the line does and asks.
+(The truth value of a tensor is read off the error it raises: ``exceptions._truth_of_a_tensor``.)"""
+
+from __future__ import annotations
+
+import ast
+
+from helpers.checks.diagnose.code_reading import Where
+
+#: builtins whose result is an iterator, used up by the first pass over it
+ITERATOR_MAKERS = frozenset("map zip filter iter reversed enumerate".split())
+#: in-place tensor methods that write into their object (the common ones a student writes)
+WRITING_METHODS = frozenset("""
+    add_ sub_ mul_ div_ masked_fill_ fill_ zero_ copy_ clamp_ index_fill_ scatter_ exp_ neg_ pow_ tril_ triu_
+""".split())
+
+
+def _names(node: ast.AST) -> list[ast.Name]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Name)]
+
+
+def _statements(tree: ast.AST) -> list[ast.stmt]:
+    """Every statement of the function, in the order of their lines."""
+    return sorted((n for n in ast.walk(tree) if isinstance(n, ast.stmt)), key=lambda n: (n.lineno, n.col_offset))
+
+
+def _written_through(statement: ast.stmt, name: str) -> ast.AST | None:
+    """The node of ``statement`` that writes into the object ``name`` holds: ``name += ...``,
+    ``name[...] = ...``, ``name.add_(...)``."""
+    if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name) and statement.target.id == name:
+        return statement
+    if isinstance(statement, (ast.Assign, ast.AugAssign)):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        for t in targets:
+            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name:
+                return statement
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        func = statement.value.func
+        if isinstance(func, ast.Attribute) and func.attr in WRITING_METHODS and isinstance(func.value, ast.Name) \
+                and func.value.id == name:
+            return statement
+    return None
+
+
+def alias_written_through(tree: ast.AST, parameters: set[str], where: Where) -> list[str]:
+    """``out = x`` (or ``out = x[:]``) for an argument ``x``, then ``out += ...``: written into the
+    caller's own object. Silent when ``out`` is bound to something else in between."""
+    statements = _statements(tree)
+    for i, statement in enumerate(statements):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            continue
+        value, alias = statement.value, statement.targets[0].id
+        full_slice = (isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Slice)
+                      and value.slice.lower is value.slice.upper is value.slice.step is None)
+        source = value.value if full_slice else value
+        if not (isinstance(source, ast.Name) and source.id in parameters and source.id != alias):
+            continue
+        for later in statements[i + 1:]:
+            written = _written_through(later, alias)
+            if written is not None:
+                how = (f"for a tensor, `{where.text(value)}` is a view that shares {source.id}'s memory (not a copy, "
+                       "as it is for a list)") if full_slice else f"it makes {alias} a second name for {source.id}, not a copy"
+                return [f"{where.line(statement)}: `{where.text(statement)}`: {how}, so `{where.text(written)}` "
+                        f"({where.line(written).split(' of ')[0]}) writes into the {source.id} the caller passed. Was "
+                        f"a copy (`{source.id}.clone()`) or a new tensor (`{alias} = {source.id} + ...`) meant?"]
+            if any(isinstance(t, ast.Name) and t.id == alias for t in _stores(later)):
+                break
+    return []
+
+
+def _stores(statement: ast.stmt) -> list[ast.AST]:
+    if isinstance(statement, ast.Assign):
+        return [n for t in statement.targets for n in ast.walk(t)]
+    if isinstance(statement, (ast.For, ast.With)):
+        target = statement.target if isinstance(statement, ast.For) else None
+        return list(ast.walk(target)) if target is not None else []
+    return []
+
+
+def iterator_read_twice(tree: ast.AST, where: Where) -> list[str]:
+    """``pairs = zip(...)`` (or map, filter, a generator expression), then two passes over ``pairs``:
+    the second finds it empty."""
+    statements = _statements(tree)
+    for i, statement in enumerate(statements):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            continue
+        value, name = statement.value, statement.targets[0].id
+        made = isinstance(value, ast.GeneratorExp) or (
+            isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ITERATOR_MAKERS)
+        if not made:
+            continue
+        reads: list[ast.stmt] = []
+        for later in statements[i + 1:]:
+            if any(isinstance(t, ast.Name) and t.id == name for t in _stores(later)):
+                break
+            if _reads_name(later, name):
+                reads.append(later)
+        stepped = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next"
+                      and any(isinstance(a, ast.Name) and a.id == name for a in n.args) for r in reads for n in ast.walk(r))
+        if len(reads) >= 2 and not stepped:  # next(it) takes one item on purpose: the rest is left for later
+            first, second = reads[0], reads[1]
+            kind = "a generator" if isinstance(value, ast.GeneratorExp) else f"{value.func.id}(...)"
+            return [f"{where.line(statement)}: `{name}` is {kind}, an iterator: the first pass over it "
+                    f"({where.line(first).split(' of ')[0]}, `{_head(first, where)}`) uses it up, and the next "
+                    f"({where.line(second).split(' of ')[0]}) finds it empty. Was a list (`list(...)`) meant?"]
+    return []
+
+
+def _head(statement: ast.stmt, where: Where) -> str:
+    """A statement's own text, a block's first line only (``for p in pairs:``)."""
+    if isinstance(statement, ast.For):
+        return f"for {where.text(statement.target)} in {where.text(statement.iter)}:"
+    if isinstance(statement, (ast.If, ast.While)):
+        return f"{'if' if isinstance(statement, ast.If) else 'while'} {where.text(statement.test)}:"
+    return where.text(statement)
+
+
+def _reads_name(statement: ast.stmt, name: str) -> bool:
+    """Whether the statement itself (not a nested block's statements) reads ``name``."""
+    parts: list[ast.AST]
+    if isinstance(statement, (ast.For, ast.While, ast.If, ast.With)):
+        parts = [statement.iter] if isinstance(statement, ast.For) else (
+            [statement.test] if isinstance(statement, (ast.While, ast.If)) else [i.context_expr for i in statement.items])
+    elif isinstance(statement, (ast.FunctionDef, ast.ClassDef, ast.Try)):
+        return False
+    else:
+        parts = [statement]
+    return any(n.id == name and isinstance(n.ctx, ast.Load) for p in parts for n in _names(p))
+
+
+def late_bound_functions(tree: ast.AST, where: Where) -> list[str]:
+    """A lambda made in a loop or comprehension and kept (in a container, or appended), which reads the
+    loop's name: it looks the name up when it is called, after the loop, and every one sees the last value."""
+    for loop in ast.walk(tree):
+        if isinstance(loop, ast.For):
+            names, body = {n.id for n in _names(loop.target)}, loop.body
+            kept = [v for s in body for v in _kept_lambdas(s)]
+        elif isinstance(loop, (ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)):
+            names = {n.id for g in loop.generators for n in _names(g.target)}
+            elements = [loop.key, loop.value] if isinstance(loop, ast.DictComp) else [loop.elt]
+            kept = [e for e in elements if isinstance(e, ast.Lambda)]
+        else:
+            continue
+        for made in kept:
+            own = {a.arg for a in made.args.args + made.args.kwonlyargs}
+            read = sorted({n.id for n in _names(made.body) if n.id in names and n.id not in own})
+            if read:
+                return [f"{where.line(made)}: the lambda `{where.text(made)}` reads {', '.join(f'`{r}`' for r in read)} "
+                        "when it is called, not when it is made: called after the loop, every one of them sees the "
+                        f"loop's last value. Was `lambda {read[0]}={read[0]}: ...` (a default, bound at once) or a "
+                        "direct call meant?"]
+    return []
+
+
+def _kept_lambdas(statement: ast.stmt) -> list[ast.Lambda]:
+    """Lambdas a statement stores: ``d[k] = lambda ...``, ``fs.append(lambda ...)``."""
+    if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Lambda) \
+            and any(isinstance(t, ast.Subscript) for t in statement.targets):
+        return [statement.value]
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        call = statement.value
+        if isinstance(call.func, ast.Attribute) and call.func.attr in ("append", "insert", "add"):
+            return [a for a in call.args if isinstance(a, ast.Lambda)]
+    return []
