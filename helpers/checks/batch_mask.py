@@ -126,12 +126,17 @@ def _judge_mask(cases):
                 raise CheckFailed(f"{what}: a padding query looks at a key after it; let it look at itself only.")
             if not torch.equal(pos[query_real], want_pos[query_real]):
                 b, i = ((pos != want_pos) & query_real).nonzero()[0].tolist()
+                every = expected_mask_and_positions(real, T_total)[1]  # (B, T_total): the positions of every column
                 arange = torch.arange(T_past, T_total).expand(B, T_new)
                 if torch.equal(pos[query_real], arange[query_real]):
                     why = ("the positions are the columns, the same for every row: count per row, the real tokens "
                            "before each one (the first real token of every row is at position 0)")
                 elif torch.equal(pos[query_real], want_pos[query_real] + 1):
                     why = "the positions start at 1: the first real token of a row is at position 0"
+                elif T_past and torch.equal(pos[query_real], every[:, :T_new][query_real]):
+                    why = (f"your positions are those of the first T_new = {T_new} columns of each row, not of the new "
+                           f"ones: the new columns are the last T_new (from T_past = {T_past} on), so take "
+                           "[:, -T_new:] (or [:, T_past:]) of the positions of all T_total columns")
                 else:
                     why = "a real token's position is the number of real tokens before it in its row"
                 raise CheckFailed(f"{what}: {why}. Evidence: row {b}, new column {i}: expected {int(want_pos[b, i])}, "

@@ -144,7 +144,11 @@ def _judge_add(cases):
             missing, extra = [n for n in want if n not in wrapped], [n for n in wrapped if n not in want]
             if missing or extra:
                 told = []
-                if missing:
+                if missing and not wrapped:
+                    told.append(f"nothing was wrapped. Does the test that picks a module ever hold? A module is chosen "
+                                f"when the last part of its name, after the last dot, is one of targets ('{want[0].rsplit('.', 1)[-1]}' "
+                                f"in {want[0]}: name.rsplit('.', 1)[-1]), not its first part or its whole name")
+                elif missing:
                     told.append(f"not wrapped: {', '.join(missing)}")
                 # a LoRALinear under a name no layer of the model had: set on another module than the layer's parent
                 astray = [n for n in extra if n.rsplit(".", 1)[-1] in targets and n not in dict(reference.named_modules())]

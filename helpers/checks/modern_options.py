@@ -150,7 +150,18 @@ def _layout_told(got: dict, want: dict, case, run: dict) -> str:
         return ("with the defaults nothing may change, but the attention was replaced by one built with n_kv_heads = 0 "
                 "key/value heads: n_kv_heads = 0 means one key/value head per query head (config.n_kv_heads or "
                 "config.n_heads), and with that and positions='learned' lesson 05's attention stays")
+    if not modern and isinstance(run.get("n_kv"), int) and run.get("n_kv") != nh:
+        return (f"with the defaults nothing may change, but the attention was replaced by one built with "
+                f"{run.get('n_kv')} key/value head{'s' if run.get('n_kv') != 1 else ''} for {nh} query heads: "
+                f"n_kv_heads = 0 means one key/value head per query head (config.n_kv_heads or config.n_heads, here "
+                f"{nh}); is 0 read as {run.get('n_kv')}? With that and positions='learned', lesson 05's attention stays")
     if not modern:
+        shapes = [f"{name} {tuple(got[name])} (expected {tuple(want[name])})" for name in sorted(set(got) & set(want))
+                  if got[name] != want[name]]
+        if shapes and not extra and not missing:
+            return ("with the defaults nothing may change: the block keeps lesson 05's LayerNorms, attention and MLP "
+                    "(the config asks for norm='layer', mlp='mlp', positions='learned', n_kv_heads=0); the names are "
+                    f"right but these shapes are not: {', '.join(shapes[:4])}")
         return ("with the defaults nothing may change: the block keeps lesson 05's LayerNorms, attention and MLP "
                 f"(the config asks for norm='layer', mlp='mlp', positions='learned', n_kv_heads=0); it now has {sorted(got)}")
     found = []

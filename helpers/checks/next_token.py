@@ -75,6 +75,20 @@ def _targets_evidence(case, expected, got) -> str:
     return f"targets of shape {tuple(got_tg.shape)}, expected {tuple(exp_tg.shape)}"
 
 
+def _ends_cut(name: str, mine: torch.Tensor, wanted: torch.Tensor) -> str:
+    """When a too-short result is the right one with ids cut off at one end: which end, and how many."""
+    short = wanted.shape[-1] - mine.shape[-1]
+    if short <= 0 or mine.shape[-1] == 0:
+        return ""
+    ids = "the last id" if short == 1 else f"the last {short} ids"
+    if torch.equal(mine, wanted[..., :-short]):
+        return (f" Your {name} are the right ones without {ids}: a slice's end is not included, so ids[..., a:b] "
+                "stops at b - 1 (ids[..., 1:] reaches the end).")
+    if torch.equal(mine, wanted[..., short:]):
+        return f" Your {name} are the right ones without {ids.replace('last', 'first')}: does the slice start too late?"
+    return ""
+
+
 def _shift_wrong(what, case, got, expected, run) -> str:
     """No mistake of the table: a batch cut instead of time, a shape, a dtype, or the diagnosis."""
     seed, batch, T = case
@@ -84,7 +98,8 @@ def _shift_wrong(what, case, got, expected, run) -> str:
                 "time (the last). Slice the last dimension: ids[..., a:b] works for (T,) and (B, T) alike.")
     for name, mine, wanted in zip(("inputs", "targets"), got, expected, strict=True):
         if mine.shape[:-1] == shape[:-1] and mine.ndim == len(shape) and mine.shape[-1] != shape[-1]:
-            return f"{what}: {name} should have shape {shape} (one fewer position than ids), got {tuple(mine.shape)}."
+            return (f"{what}: {name} should have shape {shape} (one fewer position than ids), got {tuple(mine.shape)}."
+                    + _ends_cut(name, mine, wanted))
         if mine.dtype != ids.dtype:
             return f"{what}: {name} are {mine.dtype}; keep the ids' dtype {ids.dtype}."
         if tuple(mine.shape) != shape or not torch.equal(mine, wanted):

@@ -7,6 +7,8 @@ Shape legend: V vocabulary size (n_vocab), C embedding size (emb_dim).
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 
@@ -30,9 +32,41 @@ def _probe_count(cases):
     def probe(count) -> dict:
         expect_callable(count, "embedding_and_head_parameters")
         grid = [attempt(count, V, C, t, b).get("out") for t, b in FLAGS for V, C in GRID]
-        return {"runs": [attempt(count, *case) for case in cases], "grid": [g if type(g) is int else None for g in grid]}
+        left_out = attempt(count, *cases[0][:2]).get("out")  # the flags left out: the signature's defaults
+        return {"runs": [attempt(count, *case) for case in cases], "grid": [g if type(g) is int else None for g in grid],
+                "defaults": _defaults(count), "left_out": left_out if type(left_out) is int else None}
 
     return probe
+
+
+#: the contract's defaults of the two flags
+DEFAULTS = {"tie_weights": True, "head_bias": False}
+
+
+def _defaults(count) -> dict:
+    """The defaults the student's signature gives the two flags (a flag without one: "none")."""
+    try:
+        parameters = inspect.signature(count).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {name: repr(parameters[name].default) if parameters[name].default is not inspect.Parameter.empty else "none"
+            for name in DEFAULTS if name in parameters}
+
+
+def _defaults_said(case, data: dict) -> str | None:
+    """What is wrong with the flags' defaults, read off the signature and a call that leaves them out."""
+    V, C = case[:2]
+    wrong = [f"{name}={given}" for name, given in (data.get("defaults") or {}).items()
+             if isinstance(given, str) and given != repr(DEFAULTS[name])]
+    left_out, want = data.get("left_out"), real_count(V, C, **DEFAULTS)
+    if not wrong and (left_out is None or left_out == want):
+        return None
+    called = (f"embedding_and_head_parameters({V}, {C}), the flags left out, returned {left_out:,} where the "
+              f"contract's defaults give {want:,}" if left_out is not None and left_out != want else "")
+    said = (f"your signature's default{'s are' if len(wrong) > 1 else ' is'} {', '.join(wrong).replace('=none', ' with no default')}"
+            if wrong else "")
+    return (f"{'; '.join(x for x in (said, called) if x)}: the contract's defaults are tie_weights=True, head_bias=False "
+            "(a call that leaves the flags out counts a tied head without a bias).")
 
 
 def real_count(n_vocab: int, emb_dim: int, tie_weights: bool, head_bias: bool) -> int:
@@ -139,6 +173,9 @@ def _judge_count(cases):
                 f"{' with the weight tied' if t else ''} is {expected[k]:,}"
             )
             raise CheckFailed(f"{label}. Evidence: {evidence}." if label else f"{evidence}.")
+        defaults = _defaults_said(cases[0], data)
+        if defaults:
+            raise CheckFailed(f"the counts are right when every flag is given, but {defaults}")
         sizes = ", ".join(f"V={V} C={C} {'tied' if t else 'untied'}{' +bias' if b else ''}" for V, C, t, b in cases)
         return f"embedding_and_head_parameters matches num_parameters of real modules: {sizes}."
 

@@ -101,6 +101,10 @@ def top_p_variants(logits, p, expected):
     def back(drop_sorted, index=order):
         return logits.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, index, drop_sorted), -INF)
 
+    def unnormalised(weights):  # the running sum of weights that are not divided by their sum
+        w_sorted, w_order = weights.sort(dim=-1, descending=True)
+        return back((w_sorted.cumsum(dim=-1) - w_sorted) >= p, w_order)
+
     asc_probs, asc_order = probs.sort(dim=-1)
     naive = logits.exp() / logits.exp().sum(dim=-1, keepdim=True)  # in the logits' dtype, as a student's would be
     naive_sorted, naive_order = naive.sort(dim=-1, descending=True)
@@ -134,6 +138,12 @@ def top_p_variants(logits, p, expected):
             back((logits.sort(dim=-1, descending=True).values.cumsum(-1) - logits.sort(dim=-1, descending=True).values) >= p),
         "you put 0 instead of -inf on the removed tokens: exp(0) = 1 still gives them probability "
         "after the softmax": expected.masked_fill(expected == -INF, 0.0),
+        "you added up exp(logits) without dividing them by their sum: those are not probabilities (they do not add "
+        "up to 1), so the running sum reaches p at another token. Take the softmax (each exp divided by its row's "
+        "sum) before adding up": unnormalised(logits.double().exp()),
+        "you added up exp(logits - the row's maximum) without dividing them by their sum: those are not "
+        "probabilities (they do not add up to 1), so the running sum reaches p at another token. Divide by the "
+        "row's sum (torch.softmax does both)": unnormalised((logits.double() - logits.double().amax(-1, keepdim=True)).exp()),
         "you returned probabilities: return the logits with -inf on the removed tokens":
             torch.softmax(expected.double(), dim=-1).to(logits.dtype),
         "you returned the probabilities (0 on the removed tokens): return the logits with -inf on the removed "

@@ -210,7 +210,16 @@ def _judge_lm(cases):
             seed, V, C, batch, T, dtype = case
             w_emb, w_head, ids, direction = _lm_inputs(*case)
             what, sizes, tol = f"BareBonesLM({V}, {C})", _lm_sizes(V, C, batch, T), tolerance(dtype)
-            _judge_structure(what, need(run.get("tied"), dict), V, C, tied=True)
+            tied_s, untied_s = need(run.get("tied"), dict), need(run.get("untied"), dict)
+            if not tied_s.get("shared") and untied_s.get("shared") and not tied_s.get("after_forward"):
+                raise CheckFailed(
+                    f"{what}: the flag works the other way round: with tie_weights=True lm_head.weight and "
+                    "word_to_embedding.weight are two separate matrices, with tie_weights=False they are one "
+                    "tensor. Is the condition that ties them read backwards (`not tie_weights`, or its branches "
+                    f"exchanged)? Evidence: num_parameters = {tied_s.get('count')} with tie_weights=True (expected "
+                    f"{V * C}) and {untied_s.get('count')} with tie_weights=False (expected {2 * V * C})."
+                )
+            _judge_structure(what, tied_s, V, C, tied=True)
             _judge_structure(what, need(run.get("untied"), dict), V, C, tied=False)
             if run.get("ids_changed") is not False:
                 raise CheckFailed(f"{what} changed its input ids in place.")

@@ -275,8 +275,13 @@ def _judge_returned(case: Case, what: str, k: int, got: dict, expected: list[dic
         (n for n, v in sizes.items() if abs(ratio - v) < 1e-9), None)
     said = f"{what}: step {k + 1} returned the loss {value:.6f}; the mean cross-entropy of model(x) against y is {want:.6f}"
     if factor:
-        raise CheckFailed(f"{said}, and yours is {factor} × it: a division or a multiplication by {factor.removeprefix('1/')} "
-                          "too many (cross_entropy already averages over the B * T positions).")
+        summed = {"T": "the per-position losses summed and divided by B only (a loss per sequence)",
+                  "B": "the per-position losses summed and divided by T only",
+                  "B * T": "the per-position losses summed (reduction='sum')"}.get(factor)
+        reading = f"{summed} is {factor} × the mean; or is there " if summed else ""
+        raise CheckFailed(f"{said}, and yours is {factor} × it: {reading}a division or a multiplication by "
+                          f"{factor.removeprefix('1/')} too many{'?' if summed else ''} (cross_entropy already averages "
+                          "over the B * T positions).")
     params = got.get("params")
     if isinstance(params, dict) and _same_params(expected[k]["params"], params):
         raise CheckFailed(f"{said}. The update itself is right, so the loss you backpropagate is: return its "

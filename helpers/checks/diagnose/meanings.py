@@ -238,6 +238,16 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
                                                             "Is it an optional part that this object does not have? "
                                                             "Handle the None case before the arithmetic."),
                            "a layer without a bias" if bias else "an attribute that is None")
+    m = re.search(r"'NoneType' object has no attribute '(\w+)'", text)
+    if m and isinstance(exc, AttributeError):
+        nones = [name for name, v in values if v is None and "." in name and f"{name}.{m.group(1)}" in source][:1]
+        if nones:
+            bias = nones[0].endswith(".bias")
+            return Finding(f"{nones[0]} is None here, so it has no .{m.group(1)}. " + (
+                "A layer built with bias=False has no bias: its .bias is None. Handle that case (if layer.bias is not "
+                "None: ...), or go over the parameters the layer has (for p in layer.parameters(): ...)." if bias else
+                "Is it an optional part that this object does not have? Handle the None case first."),
+                "a layer without a bias" if bias else "an attribute that is None")
     m = re.search(r"For 1D input, 1D target must have size 1|Expected input batch_size \((\d+)\) to match target "
                   r"batch_size \((\d+)\)", text)
     if m:
