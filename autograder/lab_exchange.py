@@ -5,6 +5,9 @@ list is empty, not an error."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +25,41 @@ def course_id() -> str:
     return config.CourseDirectory.course_id
 
 
+@functools.cache
 def nbgrader_default_exchange() -> Path:
-    """nbgrader's own default ``Exchange.root`` (``/usr/local/share/nbgrader/exchange`` in 0.9.6)."""
+    """nbgrader's own default ``Exchange.root`` (``/usr/local/share/nbgrader/exchange`` in 0.9.6).
+
+    Read from the text of nbgrader's exchange module, without importing it: that import (nbgrader,
+    nbformat, jsonschema and the grammars jsonschema builds) takes seconds, and every grading process
+    asks. Where the text does not say it plainly, nbgrader itself is asked."""
+    spec = importlib.util.find_spec("nbgrader")  # a top-level name: found, not imported
+    if spec is not None and spec.origin:
+        module = Path(spec.origin).parent / "exchange" / "default" / "exchange.py"
+        try:
+            tree = ast.parse(module.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            tree = None
+        found = _class_default(tree, "Exchange", "root") if tree is not None else None
+        if found is not None:
+            return Path(found)
     from nbgrader.exchange.default.exchange import Exchange as NbgraderExchange
 
     return Path(NbgraderExchange.root.default_value)
+
+
+def _class_default(tree: ast.AST, class_name: str, attribute: str) -> str | None:
+    """``attribute = Unicode("value", ...)...`` in class ``class_name``: the literal "value"."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and [ast.unparse(t) for t in statement.targets] == [attribute]:
+                    call = statement.value
+                    while isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):  # .tag(config=True)
+                        call = call.func.value
+                    if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant) \
+                            and isinstance(call.args[0].value, str):
+                        return call.args[0].value
+    return None
 
 
 def configured_exchange(root: Path, workspace: Path, skip: tuple[Path, ...] = ()) -> Path:
