@@ -96,6 +96,7 @@ def _judge_mask(cases):
                 raise CheckFailed(f"{what}: the mask should be a bool tensor of shape {(B, 1, T_new, T_total)}, got {describe(mask)}.")
             if not isinstance(pos, torch.Tensor) or tuple(pos.shape) != (B, T_new) or pos.dtype.is_floating_point:
                 every = expected_mask_and_positions(real, T_total)[1]  # (B, T_total): the positions of every column
+                new_only = (real[:, T_past:].long().cumsum(dim=1) - 1).clamp(min=0)  # (B, T_new): the cache not counted
                 whole = (isinstance(pos, torch.Tensor) and T_new < T_total and tuple(pos.shape) == (B, T_total)
                          and torch.equal(pos.long(), every.long()))
                 more = (f" They are the positions of all T_total = {T_total} columns, right for each: only the newest "
@@ -127,12 +128,19 @@ def _judge_mask(cases):
             if not torch.equal(pos[query_real], want_pos[query_real]):
                 b, i = ((pos != want_pos) & query_real).nonzero()[0].tolist()
                 every = expected_mask_and_positions(real, T_total)[1]  # (B, T_total): the positions of every column
+                new_only = (real[:, T_past:].long().cumsum(dim=1) - 1).clamp(min=0)  # (B, T_new): the cache not counted
                 arange = torch.arange(T_past, T_total).expand(B, T_new)
                 if torch.equal(pos[query_real], arange[query_real]):
                     why = ("the positions are the columns, the same for every row: count per row, the real tokens "
                            "before each one (the first real token of every row is at position 0)")
                 elif torch.equal(pos[query_real], want_pos[query_real] + 1):
                     why = "the positions start at 1: the first real token of a row is at position 0"
+                elif T_past and torch.equal(pos[query_real], new_only[query_real]):
+                    first = (" (or they are the positions of the first T_new columns instead of the last: this case "
+                             "cannot tell which)" if torch.equal(pos[query_real], every[:, :T_new][query_real]) else "")
+                    why = (f"your positions count the real tokens among the new columns only, as if the {T_past} cached "
+                           f"columns were not there{first}. A position counts every real token before it in the row, the "
+                           "cached ones included: count over all T_total columns, then keep the last T_new")
                 elif T_past and torch.equal(pos[query_real], every[:, :T_new][query_real]):
                     why = (f"your positions are those of the first T_new = {T_new} columns of each row, not of the new "
                            f"ones: the new columns are the last T_new (from T_past = {T_past} on), so take "

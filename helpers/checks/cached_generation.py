@@ -180,12 +180,17 @@ def _judge_generate(cases):
                         and tuple(out.shape) == tuple(expected.shape[1:]))
                 stopped = (isinstance(out, torch.Tensor) and out.dim() == expected.dim()
                            and out.shape[-1] == max_len + 1 < expected.shape[-1])
+                capped = (isinstance(out, torch.Tensor) and out.dim() == expected.dim()
+                          and out.shape[-1] == max_len < expected.shape[-1])
                 raise CheckFailed(f"{what} should return ids of shape {tuple(expected.shape)}, got {describe(out)}."
                                   + (" A batch of one keeps its batch axis: squeeze(0) only a prompt that came "
                                      "without one (a squeeze() with no dim drops every axis of size 1)." if lost else "")
                                   + (f" It stopped when the text reached max_len + 1 = {max_len + 1} tokens: did the loop "
                                      "end once the cache was full? Past max_len generation goes on, running the last "
-                                     "max_len tokens from scratch." if stopped else ""))
+                                     "max_len tokens from scratch." if stopped else "")
+                                  + (f" It returned max_len = {max_len} ids in all, fewer new ones than asked: is the "
+                                     "number of new tokens cut so that the text stays within max_len? Past max_len "
+                                     "generation goes on, the model reading the last max_len tokens." if capped else ""))
             again = run.get("again")
             if not torch.equal(out.long(), expected) and isinstance(again, torch.Tensor) and not torch.equal(again, out):
                 raise CheckFailed(f"{what}: two runs with the same seed gave different ids ({out.tolist()} then "

@@ -40,6 +40,9 @@ def gelu_reading(y: torch.Tensor, approximate: str) -> str | None:
         return [float(v) for v in sol] if ok else None
 
     if (ab := fit(x, x * squash)) is not None:
+        if tuple(round(v, 6) + 0.0 for v in ab) == (0.5, 0.5):  # the curve is right where it was read
+            return (f"your curve is right from {float(x[0]):g} to {float(x[-1]):g} (read on a grid there), so it departs "
+                    "only at larger |x| (are large inputs clamped, cut off or handled apart?)")
         known = {(0.5, 0.0): f"the {form} term is missing: you returned 0.5 x",
                  (0.0, 0.5): f"the 1 + is missing: you returned 0.5 x {form}; GELU is 0.5 x (1 + {form})",
                  (0.5, -0.5): f"the sign before {form} is flipped: 1 - instead of 1 +"}

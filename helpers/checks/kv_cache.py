@@ -106,6 +106,13 @@ def _probe(with_kv: bool, cases):
                 except Exception as exc:  # noqa: BLE001
                     run["masked"] = caught(exc, {**sizes, "T": T})
                 run["mask_changed"] = not torch.equal(given, mask)
+                # a one-token decode step after a prefill, each with its rows of the mask (padding keys hidden)
+                try:
+                    with torch.no_grad(), case_sizes({**sizes, "T": T}):
+                        _, cache = module(x[:, :T - 1], None, mask[..., :T - 1, :T - 1].clone())
+                        run["masked_step"] = module(x[:, T - 1:T], cache, mask[..., T - 1:T, :T].clone())[0]
+                except Exception as exc:  # noqa: BLE001
+                    run["masked_step"] = caught(exc, {**sizes, "T": T})
             runs.append(run)
         return {"runs": runs}
 
@@ -254,6 +261,22 @@ def _judge(with_kv: bool, name: str, cases):
                            if close(causal, got, tol, tol) else "use mask as given: True = may attend")
                     raise CheckFailed(f"{name} with mask= of shape {tuple(mask.shape)}: {why}. "
                                       f"Evidence: {first_mismatch(want, got, tol, tol)}.")
+                if "masked_step" in run:
+                    step_mask = mask[..., T - 1:T, :T]
+                    want = chained(w64, x[:, :T].double(), [T - 1, 1], nh, n_kv,
+                                   masks=[mask[..., :T - 1, :T - 1], step_mask])[0][:, T - 1:]
+                    what = (f"{name}: a one-token step after {T - 1} cached positions, with mask= of shape "
+                            f"{tuple(step_mask.shape)}")
+                    raise_caught(what, got := run["masked_step"])
+                    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+                        raise CheckFailed(f"{what} returned {describe(got)}, expected shape {tuple(want.shape)}.")
+                    if not close(want, got, tol, tol):
+                        unmasked = chained(w64, x[:, :T].double(), [T - 1, 1], nh, n_kv,
+                                           masks=[mask[..., :T - 1, :T - 1], None])[0][:, T - 1:]
+                        why = ("the mask was not used: with one new token the causal mask hides nothing, but a given "
+                               "mask (padding) still does; use mask whenever it is given"
+                               if close(unmasked, got, tol, tol) else "use mask as given at every step: True = may attend")
+                        raise CheckFailed(f"{what}: {why}. Evidence: {first_mismatch(want, got, tol, tol)}.")
                 if run.get("mask_changed") is not False:
                     raise CheckFailed(f"{name} changed the caller's mask= in place (logical_not_, masked_fill_, ...): "
                                       "one mask serves every layer and every step; compute a new tensor, ~mask.")

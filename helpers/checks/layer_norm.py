@@ -201,6 +201,7 @@ def _divisor_read(rows: torch.Tensor, factors: torch.Tensor, eps: float) -> str 
         "sqrt(sqrt(var) + eps), the square root taken twice (var already a standard deviation, then "
         "sqrt(var + eps) again?)": (var.sqrt() + eps).sqrt(),
         "sqrt(var), with no eps": var.sqrt(),
+        "sqrt(max(var, eps)) (eps a floor under var, a clamp, not added to it)": var.clamp(min=eps).sqrt(),
         "sqrt(mean(x ** 2) + eps), the mean square of x itself, which is var + mean ** 2 (is the mean still in "
         "the values whose squares are averaged: never taken out, or taken out twice?),": (rows.pow(2).mean(dim=-1) + eps).sqrt(),
         "sqrt(var + eps) of the unbiased variance (divided by C - 1, torch.var's default): LayerNorm divides "

@@ -305,7 +305,9 @@ def _judge_lora(cases):
                                      f"wrong ({first_mismatch(want[INPUT], have, gtol, gtol)})" if have.shape == want[INPUT].shape
                                      else f"of shape {tuple(have.shape)}")
                                   + ": both paths, base(x) and the update, must stay in the graph (no .detach() or .data "
-                                  "on x), or the layers before this one get a wrong gradient.")
+                                  "on x, and no torch.no_grad() around either: a frozen base needs no gradient for its "
+                                  "weights, but x still gets one through it), or the layers before this one get a wrong "
+                                  "gradient.")
         return ("LoRALinear: the base layer kept and frozen, A random within nn.Linear's bound and B zero (the new layer "
                 "computes base(x)), scale alpha / r; outputs and the adapters' gradients match the reference.")
 

@@ -43,7 +43,8 @@ ADD_CASES = [(160, 11, 12, 2, 4, 2, 20, 5, ("query", "value"), 2, 4.0, False),
 ADD_HIDDEN_CASES = [(162, 9, 12, 3, 2, 3, 16, 6, ("key", "query", "to_output"), 1, 2.0, False),
                     (163, 7, 8, 2, 3, 1, 12, 3, ("value",), 4, 2.0, True),
                     (164, 9, 10, 2, 3, 2, 14, 4, ("0",), 2, 3.0, False),  # the MLPs' first maps: layers.i.mlp.model.0
-                    (165, 11, 12, 2, 4, 2, 20, 5, ("lm_head", "value"), 2, 4.0, False)]  # a map of the model itself
+                    (165, 11, 12, 2, 4, 2, 20, 5, ("lm_head", "value"), 2, 4.0, False),  # a map of the model itself
+                    (166, 9, 10, 2, 3, 2, 14, 4, ("queries",), 2, 3.0, False)]  # no map of that name: all frozen
 MERGE_CASES = [(170, 11, 12, 2, 4, 2, 20, 5, ("query", "value"), 3, 4.5, True),
                (171, 13, 10, 2, 3, 2, 14, 4, ("to_output", "key"), 4, 2.0, False)]
 MERGE_HIDDEN_CASES = [(172, 9, 12, 3, 2, 3, 16, 6, ("value",), 1, 2.5, True),
@@ -177,8 +178,10 @@ def _judge_add(cases):
                 still, stuck = [n for n in trains if n not in want_trains], [n for n in want_trains if n not in trains]
                 if still:
                     more = f" and {len(still) - 3} others" if len(still) > 3 else ""
-                    raise CheckFailed(f"{what}: after it, {', '.join(still[:3])}{more} still train: only the adapters' lora_A "
-                                      "and lora_B may. Freeze every parameter of the model (requires_grad_(False)), then wrap.")
+                none = (" No map's name ends in a target here, so nothing is wrapped, and every parameter must still be "
+                        "frozen: is the freezing skipped when nothing matches (a return before it)?") if not want else ""
+                raise CheckFailed(f"{what}: after it, {', '.join(still[:3])}{more} still train: only the adapters' lora_A "
+                                  f"and lora_B may. Freeze every parameter of the model (requires_grad_(False)), then wrap.{none}")
                 raise CheckFailed(f"{what}: the adapters {', '.join(stuck[:4])} do not train (requires_grad is False): they were "
                                   "frozen after wrapping. Freeze the model first, then wrap: a new LoRALinear's A and B train.")
             raise_caught(what + ", then the model's forward", run)

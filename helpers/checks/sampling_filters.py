@@ -82,9 +82,11 @@ def _kept(what: str, logits, expected, out) -> str:
             how = "too few" if set(mine) < set(want) else "too many" if set(mine) > set(want) else "other tokens"
             if len(mine) == logits.shape[-1]:
                 how = "all of them: nothing was removed"
+            every = (" Every token must be kept here (none is past the threshold). Is the threshold changed (capped, "
+                     "rounded or bounded) before it is used?" if not removed.any() else "")
             return (f"{what}: the kept logits are unchanged, but the wrong tokens are kept ({how}): row {row} "
                     f"keeps the tokens {mine}, it should keep {want} (from the most likely: "
-                    f"{logits.reshape(-1, logits.shape[-1])[row].argsort(descending=True).tolist()}).")
+                    f"{logits.reshape(-1, logits.shape[-1])[row].argsort(descending=True).tolist()}).{every}")
         if (kept == ~removed).all():
             return explain_mismatch(expected[kept], out[kept], what=f"{what}: the right tokens are kept, but their "
                                     "logits changed (they must stay as they are); the kept logits", atol=0, rtol=1e-6)
@@ -223,6 +225,8 @@ TOP_P_HIDDEN_CASES = [
     ("a (2, 2, 5) batch", _logits([[[0.1, 0.2, 0.3, 0.15, 0.25], [0.5, 0.05, 0.05, 0.3, 0.1]],
                                    [[0.02, 0.08, 0.6, 0.2, 0.1], [0.3, 0.3, 0.1, 0.2, 0.1]]]), 0.85),
     ("p = 0.95", _logits([0.01, 0.5, 0.02, 0.3, 0.17], torch.float32), 0.95),
+    # the least likely token comes after 99.5 % of the mass: p = 1 keeps it, as it keeps every token
+    ("p = 1, every token kept", _logits([[0.5, 0.3, 0.195, 0.005], [0.25, 0.25, 0.497, 0.003]]), 1.0),
     # exact in binary whatever the softmax's form: one of the two reaches p = 0.5 on its own, which of
     # them is kept is the sort's choice, so the two may trade places (ties=True)
     ("two equally likely tokens per row, p = 0.5 exactly", torch.tensor([[0.0, 0.0], [1.25, 1.25]]), 0.5),

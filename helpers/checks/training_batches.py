@@ -331,10 +331,16 @@ def _judge(cases):
                         f"{what}: in {len(seen)} windows the starts {missing} never came up; every start "
                         f"from 0 to {last} should be equally likely (counts: {counts.tolist()})."
                     )
-                if case.n_starts > 1 and counts.max() > 0.5 * len(seen):
+                expected = len(seen) / case.n_starts  # windows per start, when every start is equally likely
+                if case.n_starts > 1 and counts.max() > expected + 5 * expected ** 0.5 + 2:  # five standard deviations
+                    top = int(counts.argmax())
+                    edge = (f" It is the {'last' if top == last else 'first'} start: are the starts drawn over a wider "
+                            f"range and then clamped into 0 .. {last} (every draw past it lands on it)?"
+                            if top in (0, last) else "")
                     raise CheckFailed(
-                        f"{what}: the start {int(counts.argmax())} came up in {int(counts.max())} of "
-                        f"{len(seen)} windows: the starts should be uniform over 0 .. {last}."
+                        f"{what}: the start {top} came up in {int(counts.max())} of {len(seen)} windows, where about "
+                        f"{expected:.0f} (one in {case.n_starts}) are expected: the starts should be uniform over "
+                        f"0 .. {last}.{edge}"
                     )
         return (
             "get_batch: " + "; ".join(f"N={c.N}, B={c.B}, T={c.T}" for c in cases)

@@ -195,7 +195,16 @@ def _pattern(case, want: list[float], got: list[float], bad: list[int]) -> str:
     if all(float(got[s]).is_integer() and got[s] in (math.floor(want[s]), math.trunc(want[s])) for s in bad):
         return ("the wrong rates are the reference's rounded down to whole numbers: an integer division (//) or int() "
                 f"where / was meant; {where}")
-    if all(want[s] for s in bad):
+    named = {"lr": lr, "min_lr": min_lr}
+    mine = [n for n, v in named.items() if all(_close(got[s], v) for s in bad)]
+    theirs = [n for n, v in named.items() if all(_close(want[s], v) for s in bad)]
+    if mine and theirs and mine[0] != theirs[0]:  # one named rate where another named rate belongs
+        room = (f" There is no room for a decay here (steps - 1 - warmup_steps = {steps - 1 - warmup}): every step "
+                "from the last update on still gets min_lr (is that case handled apart, returning lr?)"
+                if cosine and steps - 1 - warmup <= 0 and mine[0] == "lr" else "")
+        return (f"the {len(bad)} wrong step{'s' if len(bad) > 1 else ''} give {mine[0]} = {named[mine[0]]:g} where the "
+                f"reference gives {theirs[0]} = {named[theirs[0]]:g}; {where}{'.' if room else ''}{room}")
+    if all(want[s] for s in bad) and len({round(want[s], 12) for s in bad}) > 1:  # one value alone fits any factor
         ratios = [got[s] / want[s] for s in bad]
         if max(ratios) - min(ratios) <= 1e-9 * max(1.0, abs(ratios[0])):
             return f"every wrong rate is {_ratio(ratios[0], case)} × the reference's (a constant factor); {where}"
@@ -243,6 +252,27 @@ def _pattern(case, want: list[float], got: list[float], bad: list[int]) -> str:
             f"(step - warmup_steps) / (steps - 1 - warmup_steps); {where}")
 
 
+def _values(rates) -> list[float] | None:
+    """A case's rates as floats, or None where one step raised or is not a float."""
+    if not isinstance(rates, list):
+        return None
+    values = [item.get("value") if isinstance(item, dict) else None for item in rates]
+    return values if all(isinstance(v, float) for v in values) else None
+
+
+def _confirmed(label: str, cases, data: dict) -> bool:
+    """Whether the mistake ``label`` also gives the student's rates in every other case where it is one
+    of the mistakes considered: a mistake that one degenerate case cannot tell apart from the student's
+    (no room for a decay, say) is named only when the other cases agree."""
+    for case, rates in zip(cases, data.get("runs") or [], strict=False):
+        got, variants = _values(rates), _variants(case)
+        if got is None or label not in variants or len(got) != len(variants[label]):
+            continue
+        if not all(_close(g, v) for g, v in zip(got, variants[label], strict=True)):
+            return False
+    return True
+
+
 def _judge(cases):
     def judge(data: dict) -> str:
         for case, rates in zip(cases, need(data.get("runs"), list, len(cases)), strict=True):
@@ -274,7 +304,7 @@ def _judge(cases):
                 f"got {got[first]:.9g}"
             )
             for label, rates_v in _variants(case).items():
-                if all(_close(g, v) for g, v in zip(got, rates_v, strict=True)):
+                if all(_close(g, v) for g, v in zip(got, rates_v, strict=True)) and _confirmed(label, cases, data):
                     raise CheckFailed(f"{what}: {label}. Evidence: {evidence}.")
             raise CheckFailed(f"{what}: {_pattern(case, want, got, bad)}. Evidence: {evidence}.")
         return (
