@@ -92,10 +92,10 @@ def _which_form(cases, found) -> str:
         got = run.get("out")
         x = _gelu_input(seed, shape, dtype).double()
         tol = 1e-12 if dtype == torch.float64 else 1e-5
-        for form in ("none", "tanh"):
-            if isinstance(got, torch.Tensor) and got.shape == x.shape and torch.allclose(
-                    got.double(), gpt2.gelu(x, approximate=form), atol=tol, rtol=tol):
-                forms.setdefault(approximate, set()).add(form)
+        fits = [form for form in ("none", "tanh") if isinstance(got, torch.Tensor) and got.shape == x.shape
+                and torch.allclose(got.double(), gpt2.gelu(x, approximate=form), atol=tol, rtol=tol)]
+        if len(fits) == 1:  # a case where the two forms agree (only tails and zero) tells nothing
+            forms.setdefault(approximate, set()).add(fits[0])
     if forms.get("none") == {"none"} and forms.get("tanh") == {"none"}:
         return (" It returns the erf form for both values of approximate: is approximate read at all? Compare it: "
                 "approximate == 'tanh' chooses the tanh form.")

@@ -178,10 +178,11 @@ def _judge_add(cases):
                 still, stuck = [n for n in trains if n not in want_trains], [n for n in want_trains if n not in trains]
                 if still:
                     more = f" and {len(still) - 3} others" if len(still) > 3 else ""
-                none = (" No map's name ends in a target here, so nothing is wrapped, and every parameter must still be "
-                        "frozen: is the freezing skipped when nothing matches (a return before it)?") if not want else ""
-                raise CheckFailed(f"{what}: after it, {', '.join(still[:3])}{more} still train: only the adapters' lora_A "
-                                  f"and lora_B may. Freeze every parameter of the model (requires_grad_(False)), then wrap.{none}")
+                    none = (" No map's name ends in a target here, so nothing is wrapped, and every parameter must still "
+                            "be frozen: is the freezing skipped when nothing matches (a return before it)?") if not want else ""
+                    raise CheckFailed(f"{what}: after it, {', '.join(still[:3])}{more} still train: only the adapters' "
+                                      "lora_A and lora_B may. Freeze every parameter of the model (requires_grad_(False)), "
+                                      f"then wrap.{none}")
                 raise CheckFailed(f"{what}: the adapters {', '.join(stuck[:4])} do not train (requires_grad is False): they were "
                                   "frozen after wrapping. Freeze the model first, then wrap: a new LoRALinear's A and B train.")
             raise_caught(what + ", then the model's forward", run)

@@ -312,10 +312,8 @@ def _judge(cases):
                     "state every call). Pass generator=generator to torch.randint: None means the global one."
                 )
             if _same(first, other) and case.n_starts > 1:
-                raise CheckFailed(
-                    f"{what}: two generators seeded differently gave the same batch: the starts do not "
-                    "come from the generator."
-                )
+                raise CheckFailed(f"{what}: two generators seeded differently gave the same batch: the starts do not come "
+                                  "from the generator.")
             if case.draws:
                 counts = torch.bincount(seen, minlength=case.n_starts)
                 missing = [s for s in range(case.n_starts) if counts[s] == 0]
@@ -331,17 +329,14 @@ def _judge(cases):
                         f"{what}: in {len(seen)} windows the starts {missing} never came up; every start "
                         f"from 0 to {last} should be equally likely (counts: {counts.tolist()})."
                     )
-                expected = len(seen) / case.n_starts  # windows per start, when every start is equally likely
-                if case.n_starts > 1 and counts.max() > expected + 5 * expected ** 0.5 + 2:  # five standard deviations
-                    top = int(counts.argmax())
-                    edge = (f" It is the {'last' if top == last else 'first'} start: are the starts drawn over a wider "
-                            f"range and then clamped into 0 .. {last} (every draw past it lands on it)?"
-                            if top in (0, last) else "")
-                    raise CheckFailed(
-                        f"{what}: the start {top} came up in {int(counts.max())} of {len(seen)} windows, where about "
-                        f"{expected:.0f} (one in {case.n_starts}) are expected: the starts should be uniform over "
-                        f"0 .. {last}.{edge}"
-                    )
+                expected = len(seen) / case.n_starts  # windows per start when every start is equally likely
+                top = int(counts.argmax())
+                if case.n_starts > 1 and counts[top] > expected + 5 * expected ** 0.5 + 2:  # five standard deviations
+                    edge = (f" It is the {'last' if top == last else 'first'} start: are the starts drawn over a wider range "
+                            f"and then clamped into 0 .. {last} (every draw past it lands on it)?" if top in (0, last) else "")
+                    raise CheckFailed(f"{what}: the start {top} came up in {int(counts[top])} of {len(seen)} windows, where "
+                                      f"about {expected:.0f} (one in {case.n_starts}) are expected: the starts should be "
+                                      f"uniform over 0 .. {last}.{edge}")
         return (
             "get_batch: " + "; ".join(f"N={c.N}, B={c.B}, T={c.T}" for c in cases)
             + ": every row of x is a window of the text and y the next character of each id; every "
