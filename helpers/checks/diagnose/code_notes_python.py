@@ -25,6 +25,13 @@ def _statements(tree: ast.AST) -> list[ast.stmt]:
     return sorted((n for n in ast.walk(tree) if isinstance(n, ast.stmt)), key=lambda n: (n.lineno, n.col_offset))
 
 
+def _named_assignments(statements: list[ast.stmt]):
+    """``(index, statement, name, value)`` for each ``name = value`` of one plain name."""
+    for i, statement in enumerate(statements):
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+            yield i, statement, statement.targets[0].id, statement.value
+
+
 def _written_through(statement: ast.stmt, name: str) -> ast.AST | None:
     """The node of ``statement`` that writes into the object ``name`` holds: ``name += ...``,
     ``name[...] = ...``, ``name.add_(...)``."""
@@ -47,11 +54,7 @@ def alias_written_through(tree: ast.AST, parameters: set[str], where: Where) -> 
     """``out = x`` (or ``out = x[:]``) for an argument ``x``, then ``out += ...``: written into the
     caller's own object. Silent when ``out`` is bound to something else in between."""
     statements = _statements(tree)
-    for i, statement in enumerate(statements):
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)):
-            continue
-        value, alias = statement.value, statement.targets[0].id
+    for i, statement, alias, value in _named_assignments(statements):
         full_slice = (isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Slice)
                       and value.slice.lower is value.slice.upper is value.slice.step is None)
         source = value.value if full_slice else value
@@ -83,11 +86,7 @@ def iterator_read_twice(tree: ast.AST, where: Where) -> list[str]:
     """``pairs = zip(...)`` (or map, filter, a generator expression), then two passes over ``pairs``:
     the second finds it empty."""
     statements = _statements(tree)
-    for i, statement in enumerate(statements):
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)):
-            continue
-        value, name = statement.value, statement.targets[0].id
+    for i, statement, name, value in _named_assignments(statements):
         made = isinstance(value, ast.GeneratorExp) or (
             isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ITERATOR_MAKERS)
         if not made:
