@@ -96,7 +96,6 @@ def _judge_mask(cases):
                 raise CheckFailed(f"{what}: the mask should be a bool tensor of shape {(B, 1, T_new, T_total)}, got {describe(mask)}.")
             if not isinstance(pos, torch.Tensor) or tuple(pos.shape) != (B, T_new) or pos.dtype.is_floating_point:
                 every = expected_mask_and_positions(real, T_total)[1]  # (B, T_total): the positions of every column
-                new_only = (real[:, T_past:].long().cumsum(dim=1) - 1).clamp(min=0)  # (B, T_new): the cache not counted
                 whole = (isinstance(pos, torch.Tensor) and T_new < T_total and tuple(pos.shape) == (B, T_total)
                          and torch.equal(pos.long(), every.long()))
                 more = (f" They are the positions of all T_total = {T_total} columns, right for each: only the newest "

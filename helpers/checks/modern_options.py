@@ -146,15 +146,12 @@ def _layout_told(got: dict, want: dict, case, run: dict) -> str:
     built attention says of itself."""
     seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
     extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
-    if not modern and run.get("n_kv") == 0:
-        return ("with the defaults nothing may change, but the attention was replaced by one built with n_kv_heads = 0 "
-                "key/value heads: n_kv_heads = 0 means one key/value head per query head (config.n_kv_heads or "
-                "config.n_heads), and with that and positions='learned' lesson 05's attention stays")
-    if not modern and isinstance(run.get("n_kv"), int) and run.get("n_kv") != nh:
+    if not modern and isinstance(run.get("n_kv"), int) and run.get("n_kv") != nh:  # 0 kept as 0, or read as another count
+        asked = "." if run.get("n_kv") == 0 else f"; is 0 read as {run.get('n_kv')}?"
         return (f"with the defaults nothing may change, but the attention was replaced by one built with "
                 f"{run.get('n_kv')} key/value head{'s' if run.get('n_kv') != 1 else ''} for {nh} query heads: "
                 f"n_kv_heads = 0 means one key/value head per query head (config.n_kv_heads or config.n_heads, here "
-                f"{nh}); is 0 read as {run.get('n_kv')}? With that and positions='learned', lesson 05's attention stays")
+                f"{nh}){asked} With that and positions='learned', lesson 05's attention stays")
     if not modern:
         shapes = [f"{name} {tuple(got[name])} (expected {tuple(want[name])})" for name in sorted(set(got) & set(want))
                   if got[name] != want[name]]

@@ -44,27 +44,26 @@ DEFAULTS = {"tie_weights": True, "head_bias": False}
 
 
 def _defaults(count) -> dict:
-    """The defaults the student's signature gives the two flags (a flag without one: "none")."""
+    """The defaults the student's signature gives the two flags, as text (None: the flag has none)."""
     try:
         parameters = inspect.signature(count).parameters
     except (TypeError, ValueError):
         return {}
-    return {name: repr(parameters[name].default) if parameters[name].default is not inspect.Parameter.empty else "none"
+    return {name: None if parameters[name].default is inspect.Parameter.empty else repr(parameters[name].default)
             for name in DEFAULTS if name in parameters}
 
 
 def _defaults_said(case, data: dict) -> str | None:
     """What is wrong with the flags' defaults, read off the signature and a call that leaves them out."""
     V, C = case[:2]
-    wrong = [f"{name}={given}" for name, given in (data.get("defaults") or {}).items()
-             if isinstance(given, str) and given != repr(DEFAULTS[name])]
+    wrong = [f"{name} with no default" if given is None else f"{name}={given}"
+             for name, given in (data.get("defaults") or {}).items() if given != repr(DEFAULTS[name])]
     left_out, want = data.get("left_out"), real_count(V, C, **DEFAULTS)
     if not wrong and (left_out is None or left_out == want):
         return None
     called = (f"embedding_and_head_parameters({V}, {C}), the flags left out, returned {left_out:,} where the "
               f"contract's defaults give {want:,}" if left_out is not None and left_out != want else "")
-    said = (f"your signature's default{'s are' if len(wrong) > 1 else ' is'} {', '.join(wrong).replace('=none', ' with no default')}"
-            if wrong else "")
+    said = f"your signature's default{'s are' if len(wrong) > 1 else ' is'} {', '.join(wrong)}" if wrong else ""
     return (f"{'; '.join(x for x in (said, called) if x)}: the contract's defaults are tie_weights=True, head_bias=False "
             "(a call that leaves the flags out counts a tied head without a bias).")
 

@@ -220,7 +220,7 @@ def _judge_lm(cases):
                     f"{V * C}) and {untied_s.get('count')} with tie_weights=False (expected {2 * V * C})."
                 )
             _judge_structure(what, tied_s, V, C, tied=True)
-            _judge_structure(what, need(run.get("untied"), dict), V, C, tied=False)
+            _judge_structure(what, untied_s, V, C, tied=False)
             if run.get("ids_changed") is not False:
                 raise CheckFailed(f"{what} changed its input ids in place.")
             w64, h64 = w_emb.double(), w_head.double()

@@ -1,6 +1,7 @@
 """Notes on Python's own semantics in a student's code (``code_notes``): a second name taken for a copy
-and then written through, an iterator read twice, a function made in a loop that reads the loop's name when it is called. Each says what the line does and asks.
-(The truth value of a tensor is read off the error it raises: ``exceptions._truth_of_a_tensor``.)"""
+and then written through, an iterator read twice, a function made in a loop that reads the loop's name
+when it is called. Each says what the line does and asks. (The truth value of a tensor is read off the
+error it raises: ``exceptions._truth_of_a_tensor``.)"""
 
 from __future__ import annotations
 
@@ -74,12 +75,10 @@ def alias_written_through(tree: ast.AST, parameters: set[str], where: Where) -> 
 
 
 def _stores(statement: ast.stmt) -> list[ast.AST]:
-    if isinstance(statement, ast.Assign):
-        return [n for t in statement.targets for n in ast.walk(t)]
-    if isinstance(statement, (ast.For, ast.With)):
-        target = statement.target if isinstance(statement, ast.For) else None
-        return list(ast.walk(target)) if target is not None else []
-    return []
+    """What a statement binds: an assignment's targets, a for loop's."""
+    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target] if isinstance(
+        statement, ast.For) else []
+    return [n for t in targets for n in ast.walk(t)]
 
 
 def iterator_read_twice(tree: ast.AST, where: Where) -> list[str]:

@@ -230,24 +230,12 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
     if m and "NoneType" in m.groups()[1:]:
         nones = [name for name, v in values if v is None and "." in name][:2]
         if nones:
-            bias = any(name.endswith(".bias") for name in nones)
-            return Finding(f"{' and '.join(nones)} {'are' if len(nones) > 1 else 'is'} None here, and None takes no part "
-                           f"in {m.group(1).strip()}. " + ("A layer built with bias=False has no bias: its .bias is None. "
-                                                            "Handle that case (if layer.bias is not None: ...), or call the "
-                                                            "layer itself, which does." if bias else
-                                                            "Is it an optional part that this object does not have? "
-                                                            "Handle the None case before the arithmetic."),
-                           "a layer without a bias" if bias else "an attribute that is None")
+            return _none_attribute(nones, f"takes no part in {m.group(1).strip()}", "before the arithmetic")
     m = re.search(r"'NoneType' object has no attribute '(\w+)'", text)
     if m and isinstance(exc, AttributeError):
         nones = [name for name, v in values if v is None and "." in name and f"{name}.{m.group(1)}" in source][:1]
         if nones:
-            bias = nones[0].endswith(".bias")
-            return Finding(f"{nones[0]} is None here, so it has no .{m.group(1)}. " + (
-                "A layer built with bias=False has no bias: its .bias is None. Handle that case (if layer.bias is not "
-                "None: ...), or go over the parameters the layer has (for p in layer.parameters(): ...)." if bias else
-                "Is it an optional part that this object does not have? Handle the None case first."),
-                "a layer without a bias" if bias else "an attribute that is None")
+            return _none_attribute(nones, f"has no .{m.group(1)}", "first")
     m = re.search(r"For 1D input, 1D target must have size 1|Expected input batch_size \((\d+)\) to match target "
                   r"batch_size \((\d+)\)", text)
     if m:
@@ -276,3 +264,15 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
             "(T, C) has 2). Use x.shape[-1], x.shape[-2], … to read sizes from the end."
         )
     return NOTHING
+
+
+def _none_attribute(nones: list[str], what: str, when: str) -> Finding:
+    """Attributes the failing line shows as None: a layer's ``.bias`` (built with bias=False), or another
+    optional part the object does not have."""
+    bias = any(name.endswith(".bias") for name in nones)
+    return Finding(f"{' and '.join(nones)} {'are' if len(nones) > 1 else 'is'} None here, and None {what}. "
+                   + ("A layer built with bias=False has no bias: its .bias is None. Handle that case (if layer.bias is "
+                      "not None: ...), or go over the parameters the layer has (for p in layer.parameters(): ...), or "
+                      "call the layer itself, which does." if bias else
+                      f"Is it an optional part that this object does not have? Handle the None case {when}."),
+                   "a layer without a bias" if bias else "an attribute that is None")
