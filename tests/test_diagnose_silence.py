@@ -241,8 +241,18 @@ def test_a_meaning_names_its_cause_where_the_line_shows_it():
     assert fits.cause == "a matrix that needs .T" and "would fit transposed" in fits.established
     front = dg._meaning(IndexError("Dimension out of range (expected to be in range of [-2, 1], but got 2)"), SIZES)
     assert front.cause == "an axis counted from the front" and "Count the axes from the end" in front.established
-    clash = dg._meaning(RuntimeError(CLASH), SIZES, list(HINT_CAUSE["_kept_no_axis"].values), "x - mean")
+    clash = dg._meaning(RuntimeError("The size of tensor a (7) must match the size of tensor b (6) at non-singleton "
+                                     "dimension 2"), SIZES, list(HINT_CAUSE["_kept_no_axis"].values), "x - mean")
     assert clash.cause == "a reduction without keepdim"
+
+
+def test_keepdim_is_named_only_for_the_two_tensors_that_clash():
+    """A (N,) tensor that is (N, V) without its last axis, on a line whose clash (V against 5) is between
+    other tensors (one_hot(wanted) is (N, 5)): the reduction is not what raised."""
+    values = [("log_probs", randn(6, 7)), ("wanted", torch.arange(6))]
+    clash = dg._meaning(RuntimeError("The size of tensor a (7) must match the size of tensor b (5) at non-singleton "
+                                     "dimension 1"), SIZES, values, "picked = (log_probs * F.one_hot(wanted)).sum(dim=-1)")
+    assert clash.cause is None and "keepdim" not in clash.established
 
 
 def test_none_in_arithmetic_is_named_only_from_an_attribute_the_line_shows_as_none():

@@ -112,6 +112,11 @@ def _judge_mask(cases):
                 elif torch.equal(mask[rows], (causal_with_past(T_new, T_total, offset=False) & real.unsqueeze(1)).unsqueeze(1)[rows]):
                     why = (f"the causal part was not offset by T_past = {T_past}: new query i must see keys up to "
                            "T_past + i (a one-token decode step must see every real past key)")
+                elif T_past and torch.equal(mask, (causal_with_past(T_new, T_total)
+                                                   & (real.unsqueeze(1) | torch.eye(T_new, T_total, dtype=torch.bool))).unsqueeze(1)):
+                    why = (f"the mask equals one whose 'itself' part is torch.eye(T_new, T_total): it marks key i for new "
+                           f"query i, but new query i sits at column T_past + i (T_past = {T_past} here), so a real query "
+                           "is let see the padding key i; mark column T_past + i")
                 else:
                     why = "query i may see key j exactly when j <= T_past + i and key j is a real token"
                 raise CheckFailed(f"{what}: {why}. Evidence: row {b}, query {i}, key {j}: expected "

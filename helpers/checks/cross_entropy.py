@@ -98,6 +98,9 @@ def _probe_ce(cases):
             rows, wanted = logits.detach().reshape(-1, V), targets.reshape(-1)
             run["alone"] = [attempt(cross_entropy, rows[i:i + 1].clone(), wanted[i:i + 1].clone(),
                                     sizes={"N": 1, "V": V}).get("out") for i in range(min(len(rows), 24))]
+            if len(case[1]) > 1:  # the same values flattened to (N, V): does the shape alone make it raise?
+                run["flat_raised"] = "error" in attempt(cross_entropy, rows.clone().requires_grad_(True), wanted.clone(),
+                                                        sizes={"N": len(rows), "V": V})
             found.append(run)
         return {"runs": found}
 
@@ -205,10 +208,9 @@ def _judge_ce(cases):
             logits, targets = _ce_inputs(*case)
             what = f"cross_entropy(logits {tuple(logits.shape)} {str(dtype).replace('torch.', '')}, targets {tuple(targets.shape)})"
             message = run.get("message", "")
-            if "error" in run and len(lead) > 1 and any("out" in r for c, r in zip(cases, found, strict=True)
-                                                          if len(c[1]) == 1):
-                raise_caught(what, run, hint="It worked on (N, V) logits: flatten first, "
-                               "logits.reshape(-1, V) and targets.reshape(-1).")
+            if "error" in run and len(lead) > 1 and run.get("flat_raised") is False:
+                raise_caught(what, run, hint="The same values flattened, (N, V) logits and (N,) targets, give no error: "
+                               "flatten first, logits.reshape(-1, V) and targets.reshape(-1).")
             if "in-place" in message or "inplace" in message:
                 raise_caught(what, run, hint="The in-place change is the cause: do not change logits in place (x -= m); compute a new tensor (x - m).")
             raise_caught(what, run)

@@ -37,6 +37,8 @@ from helpers.checks.gpt2_format import (
     gpt2_shaped_config,
     key_error_facts,
     key_error_hint,
+    shared_message,
+    shared_with_checkpoint,
     sublayer_outputs,
 )
 from helpers.checks.invariants import input_gradients, judge_input_gradients
@@ -183,9 +185,7 @@ def _probe_load(cases):
             try:
                 returned = load_gpt2_state_dict(model, checkpoint)
                 params = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
-                stored = {t.untyped_storage().data_ptr(): k for k, t in checkpoint.items() if isinstance(t, torch.Tensor)}
-                shared = {n: stored[p.untyped_storage().data_ptr()] for n, p in model.named_parameters()
-                          if p.untyped_storage().data_ptr() in stored}  # a parameter that is a view of the checkpoint
+                shared = shared_with_checkpoint(model, checkpoint)  # a parameter that is a view of the checkpoint
                 tied = model.lm_head.weight is model.word_to_embedding.weight
                 outputs = sublayer_outputs(model, _ids(case))
             except Exception as exc:  # noqa: BLE001 - the error is evidence
@@ -258,12 +258,7 @@ def _judge_load(cases):
                 raise CheckFailed(f"{what}: lm_head.weight is no longer the same tensor as word_to_embedding.weight: "
                                   "copy into the existing parameters (weight.copy_(...)) so the head stays tied.")
             if run.get("shared"):
-                (param, key), *more = run["shared"].items()
-                raise CheckFailed(f"{what}: after loading, the model's {param} shares its memory with the checkpoint's "
-                                  f"{key}" + (f" ({len(more)} more parameters share theirs)" if more else "") + ": the "
-                                  "parameter became a view of the checkpoint (as `.data = ...` makes it), so changing "
-                                  "one changes the other and the model takes the checkpoint's dtype. Copy the values "
-                                  "into the model's own tensors: param.copy_(...).")
+                raise CheckFailed(shared_message(what, run["shared"]))
             if run.get("returned") != "the model":
                 raise CheckFailed(f"{what}: the weights load, but the function returned {run.get('returned')}; return the "
                                   "model (as the docstring says), so that model = load_gpt2_state_dict(model, sd) works.")

@@ -219,3 +219,24 @@ def _cause(name, got, expected, initial, C, nh) -> str:
         other = min(holds, key=lambda o: o.split(".")[-1] != name.split(".")[-1])  # a like-named one first
         return f"{name} holds what belongs in {other} (from {gpt2_source(other)}); it comes from {source}"
     return f"{name} differs from {source}: " + first_mismatch(want, have, 1e-6, 1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading a checkpoint (GPT-2's and Llama's): the model's own tensors, not views of the checkpoint's
+
+
+def shared_with_checkpoint(model: torch.nn.Module, checkpoint) -> dict[str, str]:
+    """``{parameter name: checkpoint key}`` for every parameter of ``model`` whose memory is a
+    checkpoint tensor's (``param.data = sd[k]`` makes it so; ``param.copy_(sd[k])`` does not)."""
+    stored = {t.untyped_storage().data_ptr(): k for k, t in checkpoint.items() if isinstance(t, torch.Tensor)}
+    return {n: stored[p.untyped_storage().data_ptr()] for n, p in model.named_parameters()
+            if p.untyped_storage().data_ptr() in stored}
+
+
+def shared_message(what: str, shared: dict[str, str]) -> str:
+    """What a parameter that shares the checkpoint's memory means, with the first such pair."""
+    (param, key), *more = shared.items()
+    return (f"{what}: after loading, the model's {param} shares its memory with the checkpoint's {key}"
+            + (f" ({len(more)} more parameters share theirs)" if more else "") + ": the parameter became a view of "
+            "the checkpoint (as `.data = ...` makes it), so changing one changes the other and the model takes the "
+            "checkpoint's dtype. Copy the values into the model's own tensors: param.copy_(...).")

@@ -29,6 +29,10 @@ from helpers.checks.kv_cache_known import chained
 from helpers.checks.verdict import load_weights, tolerance
 
 PARAMS = ("key.weight", "query.weight", "to_output.weight", "value.weight")
+#: the cases (by seed: one hidden case of each check) whose last sequence has a position of exact
+#: zeros: a mask read from the scores' values (``scores == 0``) instead of the positions hides real
+#: scores of 0 there (invariants: inputs with exact zeros)
+ZERO_POSITION_SEEDS = (1, 5)
 
 
 def _inputs(case):
@@ -39,6 +43,8 @@ def _inputs(case):
     weights = {name: (torch.randn(*shape, generator=g, dtype=torch.float64)
                       / (math.sqrt(nh * hs) if name == "to_output.weight" else 1)).to(dtype) for name, shape in shapes.items()}
     x = torch.randn(B, sum(chunks), C, generator=g, dtype=torch.float64).to(dtype)
+    if seed in ZERO_POSITION_SEEDS:  # an input of exact zeros: its query and key are 0, its scores exactly 0
+        x[-1, 1] = 0.0
     T = min(sum(chunks), 6)
     mask = (torch.rand(B, 1, T, T, generator=g) < 0.5) | torch.eye(T, dtype=torch.bool)  # each sees at least itself
     return weights, x, mask
@@ -204,6 +210,21 @@ MISTAKES = {
 }
 
 
+def _at_the_zero_position(seed: int, expected: torch.Tensor, got: torch.Tensor, tol: float) -> str:
+    """A sentence when every departing output is in the sequence that holds a position of exact zeros,
+    from that position on (where its query, or its key, meets the others): what that input is."""
+    if seed not in ZERO_POSITION_SEEDS or got.shape != expected.shape:
+        return ""
+    wrong = ~torch.isclose(got, expected, rtol=tol, atol=tol)  # (B, T, C); NaN counts as wrong
+    rows, positions = wrong.any(dim=-1).nonzero(as_tuple=True)
+    if not len(rows) or (rows != len(expected) - 1).any() or positions.min() != 1:
+        return ""
+    return (f" In this case x[{len(expected) - 1}, 1] is exactly 0: that position's query and key are 0, so its "
+            "scores, as a query and as a key of the later positions, are exactly 0, real scores that must count. "
+            "Is the mask read from the scores' values (a score of 0 taken for a hidden one) instead of from the "
+            "positions?")
+
+
 def _judge(with_kv: bool, name: str, cases):
     def judge(data: dict) -> str:
         for case, run in zip(cases, runs(data, len(cases)), strict=True):
@@ -243,7 +264,8 @@ def _judge(with_kv: bool, name: str, cases):
                 if label:
                     raise CheckFailed(f"{what}: {label}. Evidence: {first_mismatch(expected, got, tol, tol)}.")
                 raise CheckFailed(explain_mismatch(expected, got, what=what, atol=tol, rtol=tol, axes=("B", "T", "C"),
-                                                   sizes=sizes, again=run.get("again"), alone=run.get("alone")))
+                                                   sizes=sizes, again=run.get("again"), alone=run.get("alone"))
+                                  + _at_the_zero_position(seed, expected, got, tol))
             for kind, part, want, other in (("k", run["k"], *caches[-1]), ("v", run["v"], *caches[-1][::-1])):
                 if not close(want, part, tol, tol):
                     swapped = " The cache holds (v, k): return (k, v)." if close(other, part, tol, tol) else ""

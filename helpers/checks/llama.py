@@ -25,6 +25,7 @@ from helpers.checks.core import (
 )
 from helpers.checks.diagnose import explain_mismatch
 from helpers.checks.errors import caught, raise_caught
+from helpers.checks.gpt2_format import shared_message, shared_with_checkpoint
 from helpers.checks.llama_format import (
     known_good_modern_lm,
     llama_config,
@@ -74,9 +75,11 @@ def _probe_load(cases):
         for case in cases:
             model = _fresh(case)
             try:
-                load_llama_state_dict(model, llama_format_checkpoint(_load_config(case), case[0], case[-1]))
+                checkpoint = llama_format_checkpoint(_load_config(case), case[0], case[-1])
+                load_llama_state_dict(model, checkpoint)
                 params = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
                 found.append({"params": params, "tied": model.lm_head.weight is model.word_to_embedding.weight,
+                              "shared": shared_with_checkpoint(model, checkpoint),
                               "outputs": llama_sublayer_outputs(model, _ids(case))})
             except Exception as exc:  # noqa: BLE001 - the error is evidence
                 found.append(caught(exc))
@@ -152,6 +155,8 @@ def _judge_load(cases):
             if case[7] and run.get("tied") is not True:
                 raise CheckFailed(f"{what}: lm_head.weight is no longer word_to_embedding.weight; copy into the existing "
                                   "tensors (weight.copy_(...)) so that a tied head stays tied.")
+            if run.get("shared"):
+                raise CheckFailed(shared_message(what, run["shared"]))
         return ("load_llama_state_dict: every sub-layer's output (the embeddings, both RMSNorms, attention and SwiGLU of "
                 "every layer, the final norm and the logits) matches the reference, untied and tied heads.")
 

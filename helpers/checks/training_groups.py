@@ -237,6 +237,11 @@ def _form(what: str, case: Case, got, run: dict) -> str | None:
     return None
 
 
+#: words a parameter's name may carry that say what its module is
+_TYPE_WORDS = {"Linear": ("linear", "proj", "fc", "head", "query", "key", "value", "to_output", "mlp"),
+               "LayerNorm": ("norm", "ln"), "Embedding": ("embed", "emb", "wte", "wpe", "table")}
+
+
 def _reading(case: Case, got, expected) -> str:
     said = []
     twice = [n for n, v in got.items() if n not in STRANGER_WORDS and len(v) > 1]
@@ -254,10 +259,19 @@ def _reading(case: Case, got, expected) -> str:
     missing = [n for n in expected if n not in got]
     if missing:
         said.append(f"in no group: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
+    model, unnamed = model_for(case), []
     for n, v in expected.items():
         if n in got and len(got[n]) == 1 and got[n] != v:
-            said.append(f"{n} gets weight_decay {got[n][0]!r} where the rule gives {v[0]!r}")
-    return "wrong groups: " + "; ".join(said[:6])
+            owner = type(model.get_submodule(n.rpartition(".")[0]) if "." in n else model)
+            kind = owner.__name__
+            label = f"an nn.{kind}" if owner.__module__.startswith("torch.nn") else f"the {kind}" if "." not in n else f"a {kind}"
+            said.append(f"{n} (of {label}) gets weight_decay {got[n][0]!r} where the rule gives {v[0]!r}")
+            if not any(word in n.lower() for word in _TYPE_WORDS.get(kind, (kind.lower(),))):
+                unnamed.append(n)
+    question = (f". {unnamed[0]}'s name does not say what its module is (a layer inside an nn.Sequential is named by "
+                "its place): is the rule read from the parameters' names? The module's type (isinstance) says what "
+                "it is") if unnamed and len(said) <= 6 else ""
+    return "wrong groups: " + "; ".join(said[:6]) + question
 
 
 def _arguments(case: Case) -> str:

@@ -42,13 +42,23 @@ def _kept_no_axis(clash: Clash) -> Finding:
         if f"{name}.unsqueeze(-1)" in code or f"{name}[...,None]" in code or f"{name}.unsqueeze({v.dim()})" in code:
             continue
         for other, u in tensors:
-            if u.dim() >= 2 and v.dim() == u.dim() - 1 and tuple(v.shape) == tuple(u.shape[:-1]) and u.shape[-1] != u.shape[-2]:
+            if (u.dim() >= 2 and v.dim() == u.dim() - 1 and tuple(v.shape) == tuple(u.shape[:-1]) and u.shape[-1] != u.shape[-2]
+                    and _first_clash(v.shape, u.shape) == {clash.a, clash.b}):  # the pair that raised, not two bystanders
                 return Finding(f" {name} {tuple(v.shape)} has the shape of {other} {tuple(u.shape)} without its last "
                                "axis (what a mean, sum or var without keepdim=True leaves), so against it its axes line up "
                                f"from the right with the wrong ones: give {name} a size-1 last axis (keepdim=True where it "
                                f"is reduced, or {name}[..., None]) so that it broadcasts.",
                                "a reduction without keepdim")
     return NOTHING
+
+
+def _first_clash(one, other) -> set[int] | None:
+    """The two sizes that clash first when shapes ``one`` and ``other`` are lined up from their last
+    axis (None when they broadcast)."""
+    for p, q in zip(reversed(tuple(one)), reversed(tuple(other)), strict=False):  # the shorter one ends first
+        if p != q and 1 not in (p, q):
+            return {p, q}
+    return None
 
 
 _REDUCTION = re.compile(r"\.(sum|mean|max|min|amax|amin|var|std|norm|prod|logsumexp|argmax|argmin)\(|"
@@ -77,6 +87,8 @@ def _transposed_pair(clash: Clash) -> Finding:
     """Two matrices of the line whose shapes are each other's reversed: one of them needs a transpose."""
     mats = [(name, v) for name, v in clash.values if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[0] != v.shape[1]]
     for (n1, v1), (n2, v2) in itertools.combinations(mats, 2):
+        if n1.removesuffix(".T") == n2.removesuffix(".T"):  # one tensor, written with and without .T
+            continue
         if tuple(v1.shape) == tuple(reversed(v2.shape)):
             return Finding(f" {n1} {tuple(v1.shape)} is the shape of {n2} {tuple(v2.shape)} transposed: one of them "
                            "needs .T (nn.Linear stores its weight as (out_features, in_features)).",

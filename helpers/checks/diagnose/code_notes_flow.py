@@ -99,9 +99,20 @@ def set_iteration(loop: ast.For, where: Where) -> list[str]:
     return []
 
 
+def _module_attribute(node: ast.AST) -> bool:
+    """``b.weight`` or ``self.emb.weight.data``: a chain of attributes on a name (what another module
+    holds), not a tensor read from a dict or made by a call (``sd[k]``, ``w.T``, ``torch.randn(...)``)."""
+    if not isinstance(node, ast.Attribute) or node.attr == "T":
+        return False
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
 def data_assigned(node: ast.Assign, where: Where) -> list[str]:
     """``a.weight.data = b.weight.data``: two Parameters sharing numbers, not one Parameter."""
-    if len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) and node.targets[0].attr == "data":
+    if (len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) and node.targets[0].attr == "data"
+            and _module_attribute(node.value)):  # another module's tensor (b.weight), not a loaded one (sd[k])
         return [f"{where.line(node)}: `{where.text(node.targets[0])} = ...` replaces the numbers inside a Parameter and "
                 "keeps the Parameter itself: the two modules still hold two Parameter objects (counted twice, and no "
                 "longer sharing once either is given new numbers). Was the Parameter meant to be shared itself, "

@@ -7,12 +7,14 @@ the values that line names, a layer built outside the module, and what the messa
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from helpers.checks.diagnose.casts import cast_origins
 from helpers.checks.diagnose.meanings import _meaning
 from helpers.checks.diagnose.outside import outside_told
 from helpers.checks.diagnose.student_code import (
@@ -108,7 +110,7 @@ def explain_error(exc: BaseException, sizes=None, axes_of=None) -> Explained:
     if outside:
         lines.append(outside[0].upper() + outside[1:])
     written = (_sizes_written_in(exc, source or "", values, sizes) or _tensor_in_list(source or "", values)
-               or _truth_of_a_tensor(exc, source or "", values))
+               or _truth_of_a_tensor(exc, source or "", values) or (cast_origins(exc, frame, lineno, values) if mine else []))
     lines.extend(written)
     meaning = _meaning(exc, sizes, values, source or "", guesses=not written)
     if meaning:
@@ -175,6 +177,17 @@ def _sizes_written_in(exc: BaseException, source: str, values, sizes) -> list[st
             return [f"{name} = {value} on that line, but this case's {name} is {sizes[name]} (the sizes here: {known}): "
                     f"{SIZE_WRITTEN_IN}, and one read from another object fits that object only. Take {name} from the "
                     "tensors this call is given (their .shape) or from the config."]
+    entries = re.search(r"shape '\[([-\d, ]+)\]' is invalid for input of size (\d+)", str(exc))
+    for call in re.finditer(r"\.(view|reshape)\(\s*(\d+(?:\s*,\s*\d+)*)\s*\)", code):
+        asked = [int(v) for v in call.group(2).split(",")]
+        if entries and asked == [int(v) for v in entries.group(1).split(",")]:
+            held, room = entries.group(2), math.prod(asked)
+            letters = [k for k, v in sizes.items() if str(v) == held]
+            return [f"`.{call.group(1)}({call.group(2)})` writes every size as a number: they hold {room} "
+                    f"entr{'y' if room == 1 else 'ies'}, and this tensor has {held}"
+                    + (f" ({letters[0]} = {held})" if letters else "") + f". {SIZE_WRITTEN_IN[0].upper()}"
+                    f"{SIZE_WRITTEN_IN[1:]}: read the sizes from the tensor, or let unsqueeze or [:, None] add "
+                    "an axis of size 1."]
     for args in _SIZE_CALL.findall(code):
         for number in re.findall(r"(?<![\w.=])(\d{2,})(?![\w.])", args):
             if int(number) not in sizes.values():

@@ -66,7 +66,7 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
     if m:
         a, b = m.groups()
         ids = _ids_into_linear(values, any(isinstance(v, torch.nn.Linear) for _, v in values))
-        if ids:
+        if ids or not guesses:  # the ids, or the cast that made one of them, are said already
             return Finding(f"Two tensors of different dtypes ({a} and {b}) met in one operation.{ids}")
         return Finding(
             f"Two tensors of different dtypes ({a} and {b}) met in one operation. A tensor created without "
@@ -106,13 +106,14 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
     if m:
         index, dim, size = m.groups()
         cause = ("the index equals the axis's size, one past its last entry: a count or a length used as a position "
-                 "(the last of n positions is n - 1), or an index computed from another axis's size"
+                 "(the last of n positions is n - 1), or an index computed from another axis's size."
                  if int(index) == int(size) else
-                 "the index was computed from another axis's size, or the tensor has its axes in another order than "
-                 "the code assumes")
+                 "was it computed from another axis's size, are the tensor's axes in another order than the code "
+                 "assumes, or is the axis sized by a number fixed in the code while the values used as indices grow "
+                 "past it?")
         return Finding(
             f"An index {index} was used on an axis of size {n(size)} (dimension {dim} of the tensor indexed), "
-            f"whose valid indices are 0 … {int(size) - 1}: {cause}."
+            f"whose valid indices are 0 … {int(size) - 1}: {cause}"
             + (" An index counted from the front lands on another axis when the input has more axes (a batch): "
                "index from the end, x[..., i, j]." if _letter(int(size), sizes) in ("B", "nh") else "")
         )
@@ -130,8 +131,9 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
     if "must be tuple of ints,but got float" in text:
         return Finding("A size given to view/reshape is a float (a / division makes one): sizes are ints, use //.")
     if "'indices' to have one of the following scalar types" in text:
-        return Finding("An embedding looks its rows up by integer index, and the indices given to it are not integers: "
-                       "torch.arange(T) makes int64 positions; a dtype= of a float type makes them floats.")
+        return Finding("An embedding looks its rows up by integer index, and the indices given to it are not integers"
+                       + (": torch.arange(T) makes int64 positions; a dtype= of a float type makes them floats."
+                          if guesses else "."))
     if "index out of range in self" in text:
         vocab = f" (V = {sizes['V']})" if sizes and "V" in sizes else ""
         seen = []
