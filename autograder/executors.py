@@ -16,18 +16,19 @@ What both share (a job, its timing, the isolation of each lesson) is in ``autogr
 
 from __future__ import annotations
 
+import queue
 import shutil
 import socket
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from autograder.course import CourseError, Lesson
 from autograder.grader import grade_notebook
 from autograder.grading import NotebookResult
+from autograder.job_queue import JobQueue
 from autograder.jobs import Job, Timing, lesson_isolations
 from autograder.protocol import Limits, limits_for
 from autograder.server_pool import shutdown_servers
@@ -55,15 +56,39 @@ class LocalExecutor:
         return result, Timing(job.student, job.lesson.assignment, where, queued, started, time.time())
 
     def run(self, jobs: list[Job], limits: Limits) -> Iterator[tuple[NotebookResult, Timing]]:
-        pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="grade")
+        """Grade ``jobs`` on ``self.jobs`` threads, taken in ``JobQueue``'s order (as few fork servers
+        started as will do); yields each result as it ends."""
+        queued = time.time()
+        order = JobQueue(jobs, lambda job: None if job.path is None else self.isolations[job.lesson.assignment].key)
+        ended: queue.Queue = queue.Queue()
+        finished = threading.Event()
+
+        def work() -> None:
+            while (job := order.take()) is not None:
+                try:
+                    ended.put((True, self._one(job, limits, queued)))
+                except BaseException as exc:  # noqa: BLE001 - the grader's own fault: raised in the caller
+                    ended.put((False, exc))
+                finally:
+                    order.done(job)
+            # a sandboxed server ends with the thread that started it (bubblewrap's --die-with-parent),
+            # and another thread may be using it: every thread lives until the whole run has ended
+            finished.wait()
+
+        threads = [threading.Thread(target=work, name=f"grade_{n}", daemon=True) for n in range(min(self.jobs, len(jobs)))]
+        for thread in threads:
+            thread.start()
         try:
-            pending = {pool.submit(self._one, job, limits, time.time()) for job in jobs}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield future.result()
+            for _ in jobs:
+                ok, value = ended.get()
+                if not ok:
+                    raise value
+                yield value
         finally:  # an error or Ctrl-C: drop what has not started instead of grading it first
-            pool.shutdown(wait=True, cancel_futures=True)
+            order.stop()
+            finished.set()
+            for thread in threads:
+                thread.join()
 
     def close(self) -> None:
         for key in {iso.key for iso in self.isolations.values()}:
