@@ -267,12 +267,19 @@ def weight_variants(W, A, B, r, alpha) -> dict[str, torch.Tensor]:
     }
 
 
+#: an update whose shape does not fit the base weight it is added to
+_MERGE_HINTS = ((("must match the size of tensor", "cannot be multiplied"),
+                 "The update added to a base weight must have that weight's shape, (out_features, in_features): "
+                 "lora_B @ lora_A is (out, r) @ (r, in) -> (out, in), while lora_A.T @ lora_B.T is its transpose, "
+                 "(in, out). Which one does your update compute?"),)
+
+
 def _judge_merge(cases):
     def judge(data: dict) -> str:
         for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, V, C, nh, hs, L, H, T, targets, r, alpha, bias = case
             what = f"merge_lora on a TransformerLM of {L} layer{'s' * (L > 1)} with LoRA adapters (r={r}, alpha={alpha:g}) on {targets}"
-            raise_caught(what, run if "left" not in run else {})
+            raise_caught(what, run if "left" not in run else {}, hints=_MERGE_HINTS)
             adapted, names = _adapted(case)
             plain = {n: list(p.shape) for n, p in _model(case).named_parameters()}
             with torch.no_grad():
