@@ -34,6 +34,7 @@ from helpers.checks.lora_known import (
     small_lm,
     wrap_known_good,
 )
+from helpers.checks.lora_mistakes import MERGE_HINTS, weight_variants
 
 __all__ = ["check_add_lora", "check_merge_lora"]
 
@@ -253,33 +254,12 @@ def _probe_merge(cases):
     return probe
 
 
-def weight_variants(W, A, B, r, alpha) -> dict[str, torch.Tensor]:
-    """What a merged weight holds under each classic mistake (float64)."""
-    s, BA = alpha / r, B @ A  # (O, r) @ (r, I) -> (O, I)
-    return {
-        "the adapter is missing: it is the base weight W unchanged": W,
-        f"B @ A is added without the scale alpha / r = {s:g}": W + BA,
-        f"B @ A is scaled by r / alpha = {r / alpha:g}; the scale is alpha / r = {s:g}": W + BA * (r / alpha),
-        f"B @ A is scaled by alpha = {alpha:g} alone; the scale is alpha / r = {s:g}": W + BA * alpha,
-        "the scaled B @ A is subtracted from W; it is added": W - s * BA,
-        "the scaled B @ A is added twice": W + 2 * s * BA,
-        "the merged weight is the scaled B @ A alone: W + (alpha / r) B @ A keeps W": s * BA,
-    }
-
-
-#: an update whose shape does not fit the base weight it is added to
-_MERGE_HINTS = ((("must match the size of tensor", "cannot be multiplied"),
-                 "The update added to a base weight must have that weight's shape, (out_features, in_features): "
-                 "lora_B @ lora_A is (out, r) @ (r, in) -> (out, in), while lora_A.T @ lora_B.T is its transpose, "
-                 "(in, out). Which one does your update compute?"),)
-
-
 def _judge_merge(cases):
     def judge(data: dict) -> str:
         for case, run in zip(cases, runs(data, len(cases)), strict=True):
             seed, V, C, nh, hs, L, H, T, targets, r, alpha, bias = case
             what = f"merge_lora on a TransformerLM of {L} layer{'s' * (L > 1)} with LoRA adapters (r={r}, alpha={alpha:g}) on {targets}"
-            raise_caught(what, run if "left" not in run else {}, hints=_MERGE_HINTS)
+            raise_caught(what, run if "left" not in run else {}, hints=MERGE_HINTS)
             adapted, names = _adapted(case)
             plain = {n: list(p.shape) for n, p in _model(case).named_parameters()}
             with torch.no_grad():
