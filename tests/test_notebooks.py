@@ -73,7 +73,7 @@ def test_no_test_passes_on_the_blank_release():
         assert "Success! The notebook does not pass any tests." in report, f"{lesson.assignment}: {report[-3000:]}"
 
 
-@pytest.mark.slow  # nbgrader releases all ten lessons: half a minute
+@pytest.mark.slow  # nbgrader releases every lesson: about a minute
 def test_release_is_current_and_leaks_nothing():
     done = subprocess.run(
         [sys.executable, "-m", "autograder.cli", "release", "--check"],
@@ -87,7 +87,7 @@ def test_release_check_writes_nothing_and_names_what_is_stale(tmp_path):
     course = tmp_path / "course"
     copy_course(course)
     kept = {LESSONS[0].assignment, next(le.assignment for le in LESSONS if le.meta.get("reference_module") == "attention")}
-    for lesson in LESSONS:  # two lessons are enough to show it, and ten take a minute
+    for lesson in LESSONS:  # two lessons are enough to show it, and all of them take a minute
         if lesson.assignment not in kept:
             shutil.rmtree(course / "solutions" / lesson.assignment)
             shutil.rmtree(course / RELEASE / lesson.assignment)

@@ -39,6 +39,7 @@ from helpers.checks.invariants import (
     judge_input_gradients,
     kept_between_calls,
     kept_told,
+    with_zero_position,
     with_zeros,
 )
 from helpers.checks.verdict import load_weights, settled, tolerance
@@ -177,7 +178,7 @@ HEAD_CASES = [(10, (2,), 6, 7, 3, torch.float64)]
 HEAD_HIDDEN_CASES = [(11, (), 8, 5, 4, torch.float64), (12, (3,), 5, 9, 2, torch.float32),
                      (13, (1,), 4, 6, 3, torch.float64), (14, (2,), 1, 5, 2, torch.float64)]
 HEAD_PARAMS = ("query.weight", "key.weight", "value.weight")
-#: the hidden case whose input has a position of exact zeros (invariants: inputs with exact zeros)
+#: the hidden case whose input has a position of exact zeros (``invariants.with_zero_position``)
 ZERO_POSITION_SEED = 13
 
 
@@ -185,8 +186,8 @@ def _head_inputs(seed, batch, T, C, hs, dtype):
     g = torch.Generator().manual_seed(seed)
     weights = {name: torch.randn(hs, C, generator=g, dtype=torch.float64) for name in HEAD_PARAMS}
     x, replacement = (torch.randn(*batch, T, C, generator=g, dtype=torch.float64) for _ in range(2))
-    if seed == ZERO_POSITION_SEED:  # a position of exact zeros: its query and key are 0, its scores exactly 0
-        x[..., 1, :] = 0.0
+    if seed == ZERO_POSITION_SEED:
+        x = with_zero_position(x)
     return {k: v.to(dtype) for k, v in weights.items()}, x.to(dtype), replacement.to(dtype)
 
 

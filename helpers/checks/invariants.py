@@ -18,7 +18,8 @@ exercise must also hold, and where it is checked:
   - a second call with other sizes: the visible check calls the function on at least two shapes,
     and :func:`kept_between_calls` says what a later call finds that the first one left behind.
 * **a module**: the same, through ``verdict`` (``gradients`` / ``judge_gradients``, the input kept,
-  ``causal``'s second call on one token more).
+  ``causal``'s second call on one token more); an attention module (lessons 03, 04, 09) gets one
+  hidden case whose input has a position of exact zeros: :func:`with_zero_position`.
 * **a function handed a generator** (``sample_next``; ``get_batch``'s check compares the states
   itself): the generator is its only randomness, so PyTorch's global generator is where it was
   after the call: :func:`rng_watch` on the probe's side, :func:`judge_rng` on the judge's; and
@@ -53,6 +54,19 @@ def with_zeros(x: torch.Tensor, generator: torch.Generator, share: float = 0.25)
     """``x`` with exact zeros (+0.0) at about ``share`` of its entries, the places drawn by ``generator``."""
     zero = torch.rand(x.shape, generator=generator) < share
     return x.masked_fill(zero, 0.0)
+
+
+def with_zero_position(x: torch.Tensor, position: int = 1, last_sequence_only: bool = False) -> torch.Tensor:
+    """``x`` (..., T, C) with every entry of one position exact zeros (in every sequence, or in the last
+    one only). Through projections without biases that position's query and key are 0, so its
+    scores are exactly 0: real scores, which a mask read from the scores' values (``scores == 0``)
+    instead of the positions hides."""
+    x = x.clone()
+    if last_sequence_only:
+        x[-1, position] = 0.0
+    else:
+        x[..., position, :] = 0.0
+    return x
 
 
 # ---------------------------------------------------------------------------------------------

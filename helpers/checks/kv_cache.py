@@ -25,13 +25,13 @@ from helpers.checks import core
 from helpers.checks.core import CheckFailed, close, describe, first_mismatch, identify, runs
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
+from helpers.checks.invariants import with_zero_position
 from helpers.checks.kv_cache_known import chained
 from helpers.checks.verdict import load_weights, tolerance
 
 PARAMS = ("key.weight", "query.weight", "to_output.weight", "value.weight")
 #: the cases (by seed: one hidden case of each check) whose last sequence has a position of exact
-#: zeros: a mask read from the scores' values (``scores == 0``) instead of the positions hides real
-#: scores of 0 there (invariants: inputs with exact zeros)
+#: zeros (``invariants.with_zero_position``)
 ZERO_POSITION_SEEDS = (1, 5)
 
 
@@ -43,8 +43,8 @@ def _inputs(case):
     weights = {name: (torch.randn(*shape, generator=g, dtype=torch.float64)
                       / (math.sqrt(nh * hs) if name == "to_output.weight" else 1)).to(dtype) for name, shape in shapes.items()}
     x = torch.randn(B, sum(chunks), C, generator=g, dtype=torch.float64).to(dtype)
-    if seed in ZERO_POSITION_SEEDS:  # an input of exact zeros: its query and key are 0, its scores exactly 0
-        x[-1, 1] = 0.0
+    if seed in ZERO_POSITION_SEEDS:
+        x = with_zero_position(x, 1, last_sequence_only=True)
     T = min(sum(chunks), 6)
     mask = (torch.rand(B, 1, T, T, generator=g) < 0.5) | torch.eye(T, dtype=torch.bool)  # each sees at least itself
     return weights, x, mask

@@ -14,6 +14,7 @@ import math
 import torch
 
 from helpers.checks import causal
+from helpers.checks.invariants import with_zero_position
 
 F64 = torch.float64
 PROJECTIONS = ("query", "key", "value")
@@ -23,8 +24,7 @@ PROJECTIONS = ("query", "key", "value")
 
 
 #: the hidden cases (by seed: one of MultiHeadAttention's, one of CausalSelfAttention's) whose input
-#: has a position of exact zeros (no bias: its query and key are 0): a mask read from the scores'
-#: values (``scores == 0``) instead of the positions hides those real scores (invariants: exact zeros)
+#: has a position of exact zeros (``invariants.with_zero_position``)
 ZERO_POSITION_SEEDS = (42, 56)
 
 
@@ -39,8 +39,8 @@ def case_inputs(seed, batch, T, C, hs, nh, dtype):
     weights["to_output"] = torch.randn(C, nh * hs, generator=g, dtype=F64) / math.sqrt(nh * hs)
     x = torch.randn(*batch, T, C, generator=g, dtype=F64)
     replacement = torch.randn(*batch, T, C, generator=g, dtype=F64)
-    if seed in ZERO_POSITION_SEEDS:  # a position of exact zeros: its scores are exactly 0, and real
-        x[..., 1, :] = 0.0
+    if seed in ZERO_POSITION_SEEDS:
+        x = with_zero_position(x)
     rounded = {k: v.to(dtype).double() for k, v in weights.items()}
     return rounded, x.to(dtype), replacement.to(dtype)
 

@@ -34,20 +34,21 @@ def _assignment(frame, lineno: int, name: str) -> tuple[int, str] | None:
     return None
 
 
-def _cast_in(text: str, frame) -> tuple[str, torch.dtype, str] | None:
-    """The cast an assignment's text makes: (its words, the dtype it gives, what that dtype follows)."""
+def _cast_in(text: str, frame) -> tuple[str, torch.dtype, str | None] | None:
+    """The cast an assignment's text makes: (its words, the dtype it gives, the tensor whose dtype it
+    takes, or None for a fixed dtype)."""
     code = re.sub(r"#.*", "", text)
     for method, dtype in _METHODS.items():
         if re.search(rf"\.{method}\(\s*\)", code):
-            return f".{method}()", dtype, "whatever the input's dtype"
+            return f".{method}()", dtype, None
     m = re.search(r"(?:\.to\(|dtype\s*=\s*)torch\.(\w+)", code)
     if m and m.group(1) in _NAMED:
-        return m.group(0) + (")" if m.group(0).startswith(".to(") else ""), _NAMED[m.group(1)], "whatever the input's dtype"
+        return m.group(0) + (")" if m.group(0).startswith(".to(") else ""), _NAMED[m.group(1)], None
     m = re.search(r"\.(to|type_as)\(\s*([\w.]+)\s*\)", code)
     if m:
         other = _lookup(m.group(2), frame)
         if isinstance(other, torch.Tensor):
-            return f".{m.group(1)}({m.group(2)})", other.dtype, f"{m.group(2)}'s dtype"
+            return f".{m.group(1)}({m.group(2)})", other.dtype, m.group(2)
     return None
 
 
@@ -64,13 +65,13 @@ def cast_origins(exc: BaseException, frame, lineno: int, values) -> list[str]:
         cast = _cast_in(assigned[1], frame) if assigned else None
         if not cast or cast[1] != value.dtype:
             continue
-        words, dtype, follows = cast
+        words, dtype, source = cast
         kind = str(dtype).replace("torch.", "")
-        if words.startswith((".to(", ".type_as(")) and "'s dtype" in follows:
+        if source:
             found.append(f"{name} is {kind} because line {assigned[0]} made it with `{words}`, which takes "
-                         f"{follows} ({kind}) as well as its device. To move a tensor to another's device only, "
-                         f"`.to({words[4:-1] if words.startswith('.to(') else words[9:-1]}.device)`.")
+                         f"{source}'s dtype ({kind}) as well as its device. To move a tensor to another's device only, "
+                         f"`.to({source}.device)`.")
         else:
-            found.append(f"{name} is {kind} because line {assigned[0]} cast it with `{words}`, {kind} {follows}. "
-                         "Was it meant to be cast back, or computed in the dtype of the tensors it meets?")
+            found.append(f"{name} is {kind} because line {assigned[0]} cast it with `{words}`, {kind} whatever the "
+                         "input's dtype. Was it meant to be cast back, or computed in the dtype of the tensors it meets?")
     return found[:2]

@@ -166,8 +166,10 @@ def _truth_of_a_tensor(exc: BaseException, source: str, values) -> list[str]:
 
 def _sizes_written_in(exc: BaseException, source: str, values, sizes) -> list[str]:
     """A shape error on a line that names a size the case does not have: a variable named after a
-    legend letter (``C``, ``V``) holding another number than this case's, or a number of two digits
-    or more written into a call that takes sizes (``view(-1, 65)``) that is none of this case's sizes."""
+    legend letter (``C``, ``V``) holding another number than this case's, a view/reshape whose sizes
+    are all written as numbers and do not hold the tensor (``view(1, 1)`` on a batch), or a number of
+    two digits or more written into a call that takes sizes (``view(-1, 65)``) that is none of this
+    case's sizes."""
     if not sizes or not source or not _SHAPE_ERROR.search(str(exc)):
         return []
     code = re.sub(r"#.*", "", re.sub(r"(['\"]).*?\1", "''", source))
