@@ -37,6 +37,7 @@ from autograder.course import (
     without_solution_markers,
 )
 from autograder.environment import tool_env
+from autograder.nbgrader_generate import FAILED
 
 REFERENCE_DIR = Path("helpers") / "reference"
 TRIVIAL = re.compile(r"^(pass|return|else:|try:|\)|\]|\}|#.*|)$")
@@ -86,22 +87,19 @@ def write_references(root: Path) -> list[Path]:
 
 
 def generate_release(root: Path, out_dir: Path, db_url: str | None = None, only: list[str] | None = None) -> None:
-    """Run nbgrader's generate_assignment for every lesson, writing releases into ``out_dir``
-    and the assignments' cells into the gradebook ``db_url`` (a throw-away one by default)."""
+    """Run nbgrader's generate_assignment for every lesson (in one process,
+    ``autograder.nbgrader_generate``), writing releases into ``out_dir`` and the assignments'
+    cells into the gradebook ``db_url`` (a throw-away one by default)."""
+    chosen = [lesson.assignment for lesson in lessons(root) if only is None or lesson.assignment in only]
     with tempfile.TemporaryDirectory() as tmp:
-        for lesson in lessons(root):
-            if only is not None and lesson.assignment not in only:
-                continue
-            cmd = [
-                sys.executable, "-m", "nbgrader", "generate_assignment", lesson.assignment,
-                "--force", "--log-level=WARN",
-                f"--CourseDirectory.root={root}",
-                f"--CourseDirectory.release_directory={out_dir}",
-                f"--CourseDirectory.db_url={db_url or 'sqlite:///' + str(Path(tmp) / 'gradebook.db')}",
-            ]
+        if chosen:
+            db = db_url or "sqlite:///" + str(Path(tmp) / "gradebook.db")
+            cmd = [sys.executable, "-m", "autograder.nbgrader_generate", str(root), str(out_dir), db, *chosen]
             done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=tool_env())
             if done.returncode != 0:
-                raise CourseError(f"nbgrader could not release {lesson.assignment}:\n{done.stderr[-3000:]}")
+                failed = next((line[len(FAILED):] for line in reversed(done.stderr.splitlines())
+                               if line.startswith(FAILED)), "the lessons")
+                raise CourseError(f"nbgrader could not release {failed}:\n{done.stderr[-3000:]}")
     for path in out_dir.rglob("*.ipynb"):  # one canonical form so regeneration is byte-identical
         nb = json.loads(path.read_text(encoding="utf-8"))
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")

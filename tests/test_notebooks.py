@@ -106,6 +106,27 @@ def test_release_check_writes_nothing_and_names_what_is_stale(tmp_path):
     assert {p: b for p, b in before.items() if "__pycache__" not in p.parts} == after, "release --check changed files"
 
 
+@pytest.mark.slow
+def test_a_lesson_nbgrader_refuses_is_named_and_the_lessons_before_it_are_released(tmp_path):
+    """Every lesson is generated in one nbgrader process (autograder/nbgrader_generate.py): the
+    first lesson nbgrader refuses stops it, and the error names that lesson with nbgrader's reason."""
+    from autograder.course import CourseError
+    from autograder.release import generate_release
+
+    course = tmp_path / "course"
+    copy_course(course)
+    for lesson in LESSONS[2:]:
+        shutil.rmtree(course / "solutions" / lesson.assignment)
+    broken = course / "solutions" / LESSONS[1].assignment / LESSONS[1].filename
+    nb = json.loads(broken.read_text(encoding="utf-8"))
+    graded = next(c for c in nb["cells"] if nbgrader_meta(c).get("grade_id"))
+    graded["metadata"]["nbgrader"]["schema_version"] = 99  # a metadata format newer than nbgrader's
+    broken.write_text(json.dumps(nb), encoding="utf-8")
+    with pytest.raises(CourseError, match=f"nbgrader could not release {LESSONS[1].assignment}:(.|\n)*newer version"):
+        generate_release(course, tmp_path / "out")
+    assert sorted(p.parent.name for p in (tmp_path / "out").rglob("*.ipynb")) == [LESSONS[0].assignment]
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=IDS)
 def test_conventions(lesson):
     meta = lesson.notebook["metadata"].get("course", {})
