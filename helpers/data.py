@@ -368,6 +368,10 @@ class CharVocab:
     def encode(self, text: str) -> torch.Tensor:
         """``text`` as a 1-D ``torch.long`` tensor of ids, shape ``(len(text),)``."""
         stoi = self.stoi
+        if len(text) > 4096 and stoi:  # a long text (a whole corpus): looked up in one tensor operation
+            ids = _lookup(stoi, text)
+            if ids is not None:
+                return ids
         try:
             ids = [stoi[c] for c in text]
         except KeyError:
@@ -414,6 +418,21 @@ class CharVocab:
         if "chars" not in data:
             raise ValueError("a saved CharVocab needs a 'chars' entry")
         return cls(data["chars"])
+
+
+def _lookup(stoi: Mapping[str, int], text: str) -> torch.Tensor | None:
+    """``[stoi[c] for c in text]`` as a ``torch.long`` tensor, computed from the text's code points
+    at once (a million characters in milliseconds, not a third of a second); None where a character
+    is not in ``stoi`` or the text cannot be encoded (the caller's loop then says which)."""
+    try:
+        raw = bytearray(text.encode("utf-32-le"))
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+    points = torch.frombuffer(raw, dtype=torch.int32).long()
+    table = torch.full((max(map(ord, stoi)) + 2,), -1, dtype=torch.long)  # the last entry: past every char
+    table[torch.tensor([ord(c) for c in stoi])] = torch.tensor(list(stoi.values()), dtype=torch.long)
+    ids = table[points.clamp(max=len(table) - 1)]
+    return None if bool((ids < 0).any()) else ids
 
 
 # --------------------------------------------------------------------------------------------

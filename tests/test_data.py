@@ -369,6 +369,21 @@ def test_encode_unknown_character_names_it():
         vocab.encode("abzcq")
 
 
+def test_a_long_text_is_encoded_at_once_with_the_same_ids_and_errors():
+    """A corpus is looked up as one tensor: the ids are the character loop's, a character outside
+    the vocabulary (past every code point, or between two of them) is still named with its position."""
+    text = ("To be, or not to be: that is the question. " * 200) + "Zounds!\n" + "\u00e9tude " * 50
+    vocab = CharVocab.from_text(text)
+    ids = vocab.encode(text)
+    assert ids.dtype == torch.long and ids.tolist() == [vocab.stoi[c] for c in text]
+    with pytest.raises(ValueError, match=r"'\u2603' at position 8800"):
+        vocab.encode(text[:8800] + "\u2603" + text)  # past the vocabulary's largest code point
+    with pytest.raises(ValueError, match=r"'j' at position 5000"):
+        vocab.encode(text[:5000] + "j" + text)  # between two of its code points
+    with pytest.raises(ValueError, match=r"position 6000"):
+        vocab.encode(text[:6000] + "\ud800" + text)  # a lone surrogate: no UTF-32 for it
+
+
 def test_decode_out_of_range_raises():
     vocab = CharVocab.from_text("abc")
     with pytest.raises(ValueError, match="out of range"):
