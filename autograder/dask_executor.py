@@ -28,10 +28,9 @@ How the work is split between the machines:
 Workers must run this course's code (the same checkout, e.g. the same container image) so the
 fingerprints match; with ``--sandbox bwrap`` (or ``auto`` resolving to it on the client) they
 need bubblewrap too. Concurrency is the pool's: one notebook per worker thread (``--jobs`` is
-not used). A worker that dies mid-job has its job run again elsewhere by Dask. Fork servers end
-with the thread that started them (bubblewrap's --die-with-parent), so the service's own thread,
-which lives as long as the worker, starts them; the worker's grading secret never reaches them
-(the client sends the number derived from it with each task).
+not used). A worker that dies mid-job has its job run again elsewhere by Dask. The worker's
+grading secret never reaches its fork servers (the client sends the number derived from it with
+each task).
 """
 
 from __future__ import annotations

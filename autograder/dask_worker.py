@@ -118,7 +118,7 @@ class CourseService:
     def _isolation(self, mode: str, assignment: str) -> Isolation:
         with self._lock:
             if mode not in self._isolations:
-                found = lesson_isolations(mode, self.root, self.base, self.course, self.course,
+                found = lesson_isolations(mode, self.root, self.course, self.course,
                                           [self.incoming, self.scratch], f"{self.base.name}.{self.generation}")
                 # Dask puts its scratch folders (every worker's) on sys.path, which the sandbox would show
                 self._isolations[mode] = {a: _hide(iso, self.scratch) for a, iso in found.items()}
@@ -134,8 +134,7 @@ class CourseService:
             return warming
 
     def _serve(self) -> None:
-        """Start the servers asked for, one isolation after the other, until ``close``. This
-        thread lives as long as the servers it starts (bubblewrap's --die-with-parent)."""
+        """Start the servers asked for, one isolation after the other, until ``close``."""
         while (request := self._requests.get()) is not None:
             what, warming = request
             if what == "stop":

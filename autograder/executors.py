@@ -17,9 +17,7 @@ What both share (a job, its timing, the isolation of each lesson) is in ``autogr
 from __future__ import annotations
 
 import queue
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +29,7 @@ from autograder.grading import NotebookResult
 from autograder.job_queue import JobQueue
 from autograder.jobs import Job, Timing, lesson_isolations
 from autograder.protocol import Limits, limits_for
-from autograder.server_pool import shutdown_servers
+from autograder.server_pool import idle_count, run_ended
 
 DASK_SCHEME = "dask://"
 
@@ -41,8 +39,7 @@ class LocalExecutor:
 
     def __init__(self, root: Path, course: list[Lesson], chosen: list[Lesson], mode: str, private: list[Path], jobs: int):
         self.jobs = max(1, jobs)
-        self.base = Path(tempfile.mkdtemp(prefix="tc-grading-"))
-        self.isolations = lesson_isolations(mode, root, self.base, course, chosen, private, self.base.name)
+        self.isolations = lesson_isolations(mode, root, course, chosen, private)
         self.host = socket.gethostname()
 
     def describe(self) -> str:
@@ -59,9 +56,9 @@ class LocalExecutor:
         """Grade ``jobs`` on ``self.jobs`` threads, taken in ``JobQueue``'s order (as few fork servers
         started as will do); yields each result as it ends."""
         queued = time.time()
-        order = JobQueue(jobs, lambda job: None if job.path is None else self.isolations[job.lesson.assignment].key)
+        order = JobQueue(jobs, lambda job: None if job.path is None else self.isolations[job.lesson.assignment].key,
+                         servers={iso.key: idle_count(iso) for iso in self.isolations.values()})
         ended: queue.Queue = queue.Queue()
-        finished = threading.Event()
 
         def work() -> None:
             while (job := order.take()) is not None:
@@ -71,9 +68,6 @@ class LocalExecutor:
                     ended.put((False, exc))
                 finally:
                     order.done(job)
-            # a sandboxed server ends with the thread that started it (bubblewrap's --die-with-parent),
-            # and another thread may be using it: every thread lives until the whole run has ended
-            finished.wait()
 
         threads = [threading.Thread(target=work, name=f"grade_{n}", daemon=True) for n in range(min(self.jobs, len(jobs)))]
         for thread in threads:
@@ -86,14 +80,11 @@ class LocalExecutor:
                 yield value
         finally:  # an error or Ctrl-C: drop what has not started instead of grading it first
             order.stop()
-            finished.set()
             for thread in threads:
                 thread.join()
 
     def close(self) -> None:
-        for key in {iso.key for iso in self.isolations.values()}:
-            shutdown_servers(key)
-        shutil.rmtree(self.base, ignore_errors=True)
+        run_ended()  # the idle servers stay for the process's later runs, within the memory's means
 
 
 def check_executor(spec: str) -> str:

@@ -12,14 +12,15 @@ So a thread that is free takes, in this order:
 4. otherwise it waits for a running job to end, and chooses again.
 
 A class of many lessons thus gets about one server per lesson, and a big lesson one per thread.
-Within each rule the jobs keep the order they were given in.
+Within each rule the jobs keep the order they were given in. Servers left idle by an earlier run
+of the process (``servers``: the limits' measurement, an earlier class) count as the lesson's own.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 #: waiting notebooks of one lesson that justify a second server while the first is busy
@@ -32,12 +33,14 @@ class JobQueue(Generic[J]):
     """Jobs handed to threads one at a time; ``key(job)`` is the job's server group (None: it needs no
     server). Thread-safe; ``take`` blocks while waiting is the better choice."""
 
-    def __init__(self, jobs: Sequence[J], key: Callable[[J], Hashable | None], spare: int = SPARE_SERVER_JOBS):
+    def __init__(self, jobs: Sequence[J], key: Callable[[J], Hashable | None], spare: int = SPARE_SERVER_JOBS,
+                 servers: Mapping[Hashable, int] | None = None):
         self._waiting = list(jobs)
         self._key = key
         self._spare = spare
         self._running: Counter = Counter()  # jobs of each group in flight
-        self._servers: Counter = Counter()  # servers each group has (the most jobs it ran at once)
+        # servers each group has: those idle before the run (``servers``), or the most jobs it ran at once
+        self._servers: Counter = Counter(servers or {})
         self._stopped = False
         self._cond = threading.Condition()
 

@@ -48,17 +48,18 @@ def notebook_result(data: dict) -> NotebookResult:
 
 
 def lesson_isolations(
-    mode: str, root: Path, base: Path, course: list[Lesson], chosen: list[Lesson], private: list[Path], tag: str
+    mode: str, root: Path, course: list[Lesson], chosen: list[Lesson], private: list[Path], tag: str | None = None
 ) -> dict[str, Isolation]:
     """The isolation of each chosen lesson: its own reference module and later ones hidden.
 
-    ``tag`` makes the isolation keys (which group fork servers) private to one executor, so
-    closing it never stops the servers of another run in the same process."""
+    ``tag`` makes the isolation keys (which group fork servers) private to one owner, who may
+    then stop its servers (``server_pool.shutdown_servers``) without stopping another's; without
+    it, the process's runs share their idle servers."""
     order = [lesson.assignment for lesson in course]
     found = {}
     for lesson in chosen:
         later = course[order.index(lesson.assignment):]
         hidden = [m for m in (le.meta.get("reference_module") for le in later) if m]
-        iso = isolation(mode, root, base, hidden, private)
-        found[lesson.assignment] = dataclasses.replace(iso, key=f"{iso.key}@{tag}")
+        iso = isolation(mode, root, hidden, private)
+        found[lesson.assignment] = iso if tag is None else dataclasses.replace(iso, key=f"{iso.key}@{tag}")
     return found

@@ -18,8 +18,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import shutil
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from autograder.jobs import lesson_isolations
 from autograder.protocol import DONE, LessonLimits, Limits, StepLine
 from autograder.runner import run_steps
 from autograder.sandbox import Isolation, data_problem, resolve_mode
-from autograder.server_pool import shutdown_servers
+from autograder.server_pool import run_ended
 from autograder.submission import build_program
 
 FACTOR = 10.0
@@ -239,8 +237,7 @@ def _read_kept(cache_file: Path | None) -> tuple[dict[str, tuple[float, float, d
 def _calibrate_all(root: Path, mode: str, chosen: list[Lesson], base: Limits,
                    jobs: int) -> tuple[list[Calibration], dict[str, CalibrationError]]:
     """Calibrate each of ``chosen``, ``jobs`` at once: the calibrations, and the lessons that failed."""
-    folder = Path(tempfile.mkdtemp(prefix="tc-limits-"))
-    isolations = lesson_isolations(mode, root, folder, lessons(root), chosen, [], folder.name)
+    isolations = lesson_isolations(mode, root, lessons(root), chosen, [])
 
     def one(lesson: Lesson) -> Calibration | CalibrationError:
         try:
@@ -252,9 +249,7 @@ def _calibrate_all(root: Path, mode: str, chosen: list[Lesson], base: Limits,
         with ThreadPoolExecutor(max(1, jobs)) as pool:  # each lesson has its own fork server
             outcomes = list(pool.map(one, chosen))
     finally:
-        for key in {iso.key for iso in isolations.values()}:
-            shutdown_servers(key)
-        shutil.rmtree(folder, ignore_errors=True)
+        run_ended()  # the servers stay for the grading that follows, within the memory's means
     found = [o for o in outcomes if isinstance(o, Calibration)]
     failed = {o.assignment: o for o in outcomes if isinstance(o, CalibrationError)}
     return found, failed

@@ -58,7 +58,7 @@ class JobResult:
 
 
 def default_isolation() -> Isolation:
-    return Isolation("none", (), tempfile.gettempdir())
+    return Isolation("none", ())
 
 
 def run_steps(

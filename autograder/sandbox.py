@@ -12,12 +12,14 @@ can read. README's "threat model" section says the same for instructors.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,11 +48,11 @@ def __getattr__(name):
 
 @dataclass(frozen=True)
 class Isolation:
-    """How a fork server is started: ``key`` groups jobs that can share one server."""
+    """How a fork server is started: ``key`` groups jobs that can share one server (the same
+    references hidden; ``prefix`` tells whether two runs' servers are interchangeable)."""
 
     key: str
     prefix: tuple[str, ...]  # wraps ``python -m autograder.forkserver``; may contain JOB_BASE
-    base: str  # each server makes its own job folder in here
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,17 +92,27 @@ def reference_files(modules: list[str]) -> list[Path]:
     return files
 
 
-def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], private: list[Path]) -> Isolation:
+@functools.lru_cache(maxsize=None)
+def own_folder() -> Path:
+    """This process's folder for what its fork servers need (the hidden references' stub, each
+    server's job folder), removed at exit; one for the process, so that the servers of one run
+    can serve the next."""
+    folder = Path(tempfile.mkdtemp(prefix="tc-sandbox-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def isolation(mode: str, root: Path, hidden_modules: list[str], private: list[Path]) -> Isolation:
     """The isolation for grading one lesson.
 
     ``hidden_modules``: reference modules replaced by a stub (the lesson's own and later ones):
     importing them works, using anything in them raises;
     ``private``: more folders the student must not see (submissions, output folder).
-    ``base`` holds the fork servers' job folders; each server sees only its own.
+    Each fork server sees only its own job folder (``JOB_BASE``).
     """
     if mode == "none":
-        return Isolation("none", (), str(base))
-    stub = base / "hidden_reference.py"
+        return Isolation("none", ())
+    stub = own_folder() / "hidden_reference.py"
     if not stub.exists():
         stub.write_text(HIDDEN_STUB, encoding="utf-8")
     root = root.resolve()
@@ -116,7 +128,10 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
     shared = {Path(p) for p in ("/home", "/srv", "/mnt", "/media") if Path(p).is_dir()}
     hide = {Path("/tmp"), Path.home().resolve(), *shared, *checkouts, *[p.resolve() for p in private]}
     hide |= {p for p in exchange_roots(root) if p.is_dir() and not any(h == p or h in p.parents for h in hide)}
-    for folder in sorted(hide, key=lambda p: len(p.parts)):
+    # a folder inside another hidden one is hidden already (nothing below is put back where a
+    # hidden folder lies): left out, two runs whose output folders both lie in /tmp share a sandbox
+    outermost = {h for h in hide if not any(other in h.parents for other in hide)}
+    for folder in sorted(outermost, key=lambda p: len(p.parts)):
         if folder.exists():
             args += ["--tmpfs", str(folder)]
     # put back what the grading code needs: the installed packages and Python itself
@@ -141,7 +156,7 @@ def isolation(mode: str, root: Path, base: Path, hidden_modules: list[str], priv
     args += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
     args += ["--chdir", JOB_BASE, "--setenv", "HOME", JOB_BASE]
     key = "bwrap:" + ",".join(sorted(hidden_modules))
-    return Isolation(key, tuple(args), str(base))
+    return Isolation(key, tuple(args))
 
 
 def exchange_roots(root: Path) -> set[Path]:

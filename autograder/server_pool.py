@@ -1,8 +1,16 @@
 """The grader's side of the fork servers (``autograder.forkserver``): start one, send it a job and
-read its answer, keep idle ones per isolation for later jobs, stop them.
+read its answer, keep idle ones for later jobs, stop them.
 
-Moved here from ``runner``, which keeps what a job is (its steps, limits and timing, the reruns
-after a stuck step) and reads its results.
+A server costs seconds of CPU to start (it imports torch and every check), more than most
+notebooks take to grade. So idle servers are kept for the process's later jobs, a later run's
+included (the limits' measurement, then the grading; a test suite's many small classes): a job
+takes an idle server started with the same sandbox and environment. Every server is started by one
+thread that lives as long as the process (``_Starter``): a sandboxed server ends with the thread
+that started it (bubblewrap's --die-with-parent), which is thus never a grading thread. Idle
+servers beyond what the machine's memory allows (``keep_limit``), or idle for ``IDLE_S``, are stopped.
+
+``runner`` keeps what a job is (its steps, limits and timing, the reruns after a stuck step) and
+reads its results.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import queue
 import select
 import shutil
 import signal
@@ -17,10 +26,19 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from concurrent.futures import Future
 from dataclasses import asdict
 
 from autograder.protocol import Limits
-from autograder.sandbox import JOB_BASE, Isolation, env_for_server
+from autograder.sandbox import JOB_BASE, Isolation, env_for_server, own_folder
+
+#: seconds an idle server is kept for a later job before it is stopped
+IDLE_S = 120.0
+#: what one idle server holds (torch and the checks imported), to size ``keep_limit``
+SERVER_MB = 400
+#: idle servers kept at most, whatever the memory
+MAX_KEPT = 16
 
 
 class ServerLost(RuntimeError):
@@ -35,14 +53,14 @@ class ForkServer:
     server does the killing itself: inside a sandbox its process ids are not the grader's.
     """
 
-    def __init__(self, isolation: Isolation):
+    def __init__(self, isolation: Isolation, env: dict[str, str] | None = None):
         self.isolation = isolation
-        self.job_base = tempfile.mkdtemp(prefix="server-", dir=isolation.base)
+        self.env = env_for_server() if env is None else env
+        self.job_base = tempfile.mkdtemp(prefix="server-", dir=own_folder())
+        self.idle_since = time.monotonic()
         prefix = [part.replace(JOB_BASE, self.job_base) for part in isolation.prefix]
         command = [*prefix, sys.executable, "-m", "autograder.forkserver"]
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env_for_server(), start_new_session=True,
-        )
+        self.process = _starter.popen(command, self.env)
         ready = self._read(timeout=180)
         if ready != {"ready": True}:
             self.close()
@@ -103,28 +121,125 @@ class ForkServer:
             self.process.wait(10)
 
 
-_idle: dict[str, list[ForkServer]] = {}
+class _Starter:
+    """The one thread that starts every fork server of this process, alive until the process
+    ends (a sandboxed server dies with the thread that started it), and stops idle servers that
+    have waited ``IDLE_S``."""
+
+    def __init__(self):
+        self._requests: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, command: list[str], env: dict[str, str]) -> subprocess.Popen:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="fork-server-starter", daemon=True)
+                self._thread.start()
+        started: Future = Future()
+        self._requests.put((command, env, started))
+        return started.result()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                command, env, started = self._requests.get(timeout=IDLE_S / 4)
+            except queue.Empty:
+                stop_idle(IDLE_S)
+                continue
+            try:
+                started.set_result(subprocess.Popen(
+                    command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True,
+                ))
+            except BaseException as exc:  # noqa: BLE001 - raised in the thread that asked
+                started.set_exception(exc)
+
+
+_starter = _Starter()
+_idle: dict[tuple, list[ForkServer]] = {}  # by what makes servers interchangeable: ``_kind``
 _all: list[ForkServer] = []
 _lock = threading.Lock()
 
 
+def _kind(isolation: Isolation, env: dict[str, str]) -> tuple:
+    """What a server is started with, and its owner's key: two servers of one kind can take each
+    other's jobs (a tagged key keeps an owner's servers its own, ``jobs.lesson_isolations``)."""
+    return isolation.key, isolation.prefix, tuple(sorted(env.items()))
+
+
 def acquire(isolation: Isolation) -> ForkServer:
+    """An idle server started with ``isolation`` and today's environment, or a new one."""
+    env = env_for_server()
     with _lock:
-        pool = _idle.setdefault(isolation.key, [])
+        pool = _idle.setdefault(_kind(isolation, env), [])
         while pool:
             server = pool.pop()
             if server.alive():
                 return server
-    server = ForkServer(isolation)
+    server = ForkServer(isolation, env)
     with _lock:
         _all.append(server)
     return server
 
 
 def release(server: ForkServer) -> None:
+    """``server`` is idle: kept for a later job."""
     with _lock:
         if server.alive():
-            _idle.setdefault(server.isolation.key, []).append(server)
+            server.idle_since = time.monotonic()
+            _idle.setdefault(_kind(server.isolation, server.env), []).append(server)
+
+
+def run_ended() -> None:
+    """A run has ended: its idle servers stay for the process's later runs, as many as
+    ``keep_limit`` allows (those that waited longest are stopped first)."""
+    _trim(keep_limit())
+
+
+def idle_count(isolation: Isolation) -> int:
+    """How many servers of ``isolation`` (with today's environment) are idle now."""
+    with _lock:
+        return sum(1 for s in _idle.get(_kind(isolation, env_for_server()), []) if s.alive())
+
+
+def keep_limit() -> int:
+    """How many idle servers to keep: half the memory available now, at ``SERVER_MB`` each, at
+    most ``MAX_KEPT``."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            available_kb = next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 2
+    return max(1, min(MAX_KEPT, available_kb // 1024 // 2 // SERVER_MB))
+
+
+def _trim(keep: int) -> None:
+    """Stop the idle servers that waited longest until at most ``keep`` are idle."""
+    with _lock:
+        idle = sorted((s for pool in _idle.values() for s in pool), key=lambda s: s.idle_since)
+        surplus = idle[:max(0, len(idle) - keep)]
+        _forget(surplus)
+    for server in surplus:
+        server.close()
+
+
+def stop_idle(older_than_s: float) -> None:
+    """Stop the servers idle for ``older_than_s`` seconds or more."""
+    now = time.monotonic()
+    with _lock:
+        old = [s for pool in _idle.values() for s in pool if now - s.idle_since >= older_than_s]
+        _forget(old)
+    for server in old:
+        server.close()
+
+
+def _forget(servers: list[ForkServer]) -> None:  # with _lock held
+    for server in servers:
+        if server in _all:
+            _all.remove(server)
+        for pool in _idle.values():
+            if server in pool:
+                pool.remove(server)
 
 
 @atexit.register
@@ -139,20 +254,18 @@ def shutdown() -> None:
 
 
 def shutdown_servers(key: str) -> None:
-    """Stop the fork servers of one isolation (their job folders go with them)."""
+    """Stop the fork servers of the isolations keyed ``key``, idle or not (their job folders go
+    with them)."""
     with _lock:
         servers = [s for s in _all if s.isolation.key == key]
-        for server in servers:
-            _all.remove(server)
-        _idle.pop(key, None)
+        _forget(servers)
     for server in servers:
         server.close()
 
 
 def start_servers(isolation: Isolation, count: int) -> int:
-    """Start fork servers of ``isolation`` in this thread until ``count`` of them are alive, and keep
-    them for later jobs; returns how many it started. A sandboxed server ends with the thread that
-    started it (bubblewrap's --die-with-parent): call this from a thread that outlives the servers."""
+    """Start fork servers of ``isolation`` until ``count`` of them are alive, and keep them for
+    later jobs; returns how many it started."""
     with _lock:
         alive = sum(1 for s in _all if s.isolation.key == isolation.key and s.alive())
     started = 0

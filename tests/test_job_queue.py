@@ -71,3 +71,12 @@ def test_a_waiting_thread_gets_the_server_when_it_is_free_and_stop_ends_the_wait
     order.stop()
     second.join(5)
     assert got == [("A", 2), None] and order.servers() == {"A": 1}
+
+
+def test_a_lesson_with_a_server_left_by_an_earlier_run_goes_first():
+    """Servers idle before the run (the limits' measurement, an earlier class) are the lesson's own:
+    its jobs are taken while another lesson's first server would have to start."""
+    order = JobQueue([("A", 1), ("B", 1), ("B", 2)], key=lambda job: job[0], servers={"B": 1})
+    assert order.take() == ("B", 1)
+    assert order.take() == ("A", 1), "B's one server is busy: A starts its own"
+    assert order.servers() == {"A": 1, "B": 1}

@@ -377,12 +377,16 @@ def test_every_lesson_check_module_is_at_most_350_lines():
 def test_the_sandbox_hides_homes_exchanges_and_mounts_and_puts_python_back(tmp_path):
     from autograder.sandbox import isolation
 
-    args = list(isolation("bwrap", ROOT, tmp_path, [], []).prefix)
+    private = tmp_path / "submitted"
+    args = list(isolation("bwrap", ROOT, [], [private]).prefix)
     hidden = {args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"}
     for folder in ("/home", "/srv", "/mnt", "/media", "/tmp"):
         if Path(folder).is_dir():
             assert folder in hidden, folder
-    assert str(ROOT.resolve()) in hidden  # the course's solutions and catalogues
+    # the course's solutions and catalogues, hidden by their own mount or by one above them
+    assert any(h == ROOT.resolve() or h in ROOT.resolve().parents for h in map(Path, hidden))
+    assert str(private) not in hidden, "inside /tmp, which is hidden already: two runs share one sandbox"
+    assert args == list(isolation("bwrap", ROOT, [], [tmp_path / "graded"]).prefix)
     put_back = {args[i + 1] for i, a in enumerate(args) if a == "--ro-bind"}
     assert str(Path(sys.prefix).resolve()) in put_back or not any(
         Path(sys.prefix).resolve().is_relative_to(h) for h in map(Path, hidden))
@@ -402,7 +406,7 @@ def test_the_sandbox_hides_nbgraders_exchange(tmp_path, monkeypatch):
 
     elsewhere = Path("/var")  # an existing folder outside /home, /srv, /mnt, /media, /tmp
     monkeypatch.setattr(sandbox, "exchange_roots", lambda root: {elsewhere, tmp_path, Path("/nowhere/exchange")})
-    args = list(sandbox.isolation("bwrap", ROOT, tmp_path, [], []).prefix)
+    args = list(sandbox.isolation("bwrap", ROOT, [], []).prefix)
     hidden = [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
     assert str(elsewhere) in hidden
     assert str(tmp_path) not in hidden, "inside /tmp, which is hidden already"
