@@ -35,6 +35,7 @@ def _cell(source: str) -> dict:
 
 def _notes(source: str, name: str, many: bool = True) -> list[str]:
     namespace = _cell(source)
+    namespace.setdefault("temperature", 0.8)  # a name of the notebook's earlier cells
     saved, cn.MAX_NOTES = cn.MAX_NOTES, 50 if many else cn.MAX_NOTES
     try:
         return cn.code_notes(namespace[name])
@@ -104,6 +105,19 @@ EXAMPLES = {
         "def f(table, state):\n    copies = {ours: (lambda: state[theirs]) for ours, theirs in table.items()}\n"
         "    return {k: g() for k, g in copies.items()}\n", "f",
         ["reads `theirs` when it is called", "`lambda theirs=theirs: ...`"]),
+    "a size set at the top of the function's own cell": (
+        "block_size = 8\n\ndef f(ids):\n    return ids[..., :block_size], ids[..., 1:block_size + 1]\n", "f",
+        ["line 4 of f reads `block_size`", "the cell sets it at its top (line 1, `block_size = 8`; now block_size = 8)"]),
+    "the notebook's name where the module has its own": (
+        "head_dim = 4\n\nclass M(nn.Module):\n    def __init__(self, head_dim):\n        super().__init__()\n"
+        "        self.head_dim = head_dim\n    def forward(self, x):\n        return x.view(-1, head_dim)\n", "M",
+        ["reads `head_dim` from the notebook (now head_dim = 4), not `self.head_dim`", "Was `self.head_dim` meant?"]),
+    "the notebook's name where an argument goes unread": (
+        "def f(logits, temp):\n    return logits / temperature\n", "f",
+        ["reads `temperature` from the notebook (now temperature = 0.8 (a float))", "Was `temp` (an argument f never reads) meant?"]),
+    "an argument set before it is read": (
+        "def f(model, targets, r):\n    \"\"\"Doc.\"\"\"\n    targets = ('query', 'value')\n    return [t * r for t in targets]\n",
+        "f", ["line 3 of f, `targets = ('query', 'value')`, sets `targets`, an argument of f, before anything reads it"]),
     "a mutable default in a helper written beside the answer": (
         "def collect(model, found=[]):\n    found.extend(model)\n    return found\n\n"
         "def f(model):\n    return collect(model)\n", "f", ["default argument of collect is a list"]),
@@ -138,6 +152,17 @@ def test_a_container_made_in_the_function_or_given_to_it_has_no_note():
     assert not [n for n in _notes(source, "f") if "does not make" in n]
 
 
+def test_the_notebooks_names_read_as_meant_have_no_note():
+    """A constant in capitals, a function of the notebook, a name of an earlier cell with nothing of the
+    function's own beside it: no note (the note is for a value where the function's own was meant)."""
+    source = ("N_VOCAB = 256\nscale = 2.0\n\ndef helper(x):\n    return x\n\n"
+              "def f(text, table):\n    return helper(torch.tensor([min(ord(c), N_VOCAB - 1) for c in text])) * table\n")
+    namespace = _cell(source)
+    namespace["vocab"] = {"a": 0}
+    assert cn.code_notes(namespace["f"]) == []
+    assert _notes("def g(ids):\n    return [vocab[i] for i in ids]\n", "g") == []
+
+
 def test_a_forward_that_only_wraps_registered_layers_has_no_note():
     source = ("class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
               "        self.layers = nn.ModuleList([nn.Linear(3, 3)])\n"
@@ -162,7 +187,7 @@ def test_notes_name_the_line_as_the_cell_counts_it_and_stay_few():
 
 def test_in_place_code_and_side_effects_have_no_notes():
     source = ("def g(path, text):\n    open(path, 'w').write(text)\n    return len(text)\n\n"
-              "def f(x, seen, model, path):\n    x.add_(1)\n    seen = set()\n    seen.add(3)\n    model.to('cpu')\n"
+              "def f(x, model, path):\n    x.add_(1)\n    seen = set()\n    seen.add(3)\n    model.to('cpu')\n"
               "    g(path, 'a')\n    for i, row in enumerate(x):\n        if row.sum() > 0:\n            continue\n"
               "        return i\n    return x\n")
     assert _notes(source, "f") == []

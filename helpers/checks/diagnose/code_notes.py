@@ -4,8 +4,8 @@ A wrong output says *that* something is wrong; some causes are plain in the code
 no guessing: a new tensor computed and thrown away, a method named and never called, an exception
 built and never raised, a ``return`` that ends a loop in its first pass, arguments handed over in
 another parameter's place, an inner loop that takes the outer loop's name, a container of the notebook's
-changed by a function, a layer with weights built inside ``forward``, and Python's own semantics
-(``code_notes_python``). Helpers the student wrote in the same cell are read too. Each note states what
+changed by a function, a layer with weights built inside ``forward``, a name of the notebook read where
+the function's own is meant (``code_notes_names``), and Python's own semantics (``code_notes_python``). Helpers the student wrote in the same cell are read too. Each note states what
 the line does (a fact of the code, true whatever the check found) and asks whether it was meant;
 it never claims to be the cause. ``code_notes`` reads a function, or every method a class defines,
 and never raises: code it cannot read has no notes.
@@ -24,6 +24,7 @@ import types
 from helpers.checks.diagnose import code_notes_calls as calls
 from helpers.checks.diagnose import code_notes_flow as flow
 from helpers.checks.diagnose import code_notes_python as python
+from helpers.checks.diagnose.code_notes_names import arguments_overwritten, notebook_names
 from helpers.checks.diagnose.code_reading import Where, called_name
 
 #: tensor (and str) methods that return a new value and leave their object as it was: a line that
@@ -107,7 +108,8 @@ def _function_notes(fn: types.FunctionType) -> list[str]:
     stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     notes: list[str] = flow.kept_between_calls(tree, fn, where) + flow.built_in_forward(tree, fn, where)
     notes += python.alias_written_through(tree, _parameters(fn), where) + python.iterator_read_twice(tree, where)
-    notes += python.late_bound_functions(tree, where)
+    notes += python.late_bound_functions(tree, where) + notebook_names(tree, fn, where)
+    notes += arguments_overwritten(tree, fn, where)
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr):
             notes += _dropped(node, fn, where, stored)
