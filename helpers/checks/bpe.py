@@ -62,7 +62,14 @@ def _in_order(what, case, got, expected, run):
 
 PAIR_CASES = [[1, 2, 3, 1, 2], [97, 97, 97], [5, 5, 5, 5, 6, 5, 5], [4], [], [7, 8, 9]]
 PAIR_HIDDEN_CASES = [[9, 8, 9, 8, 9, 8, 8, 8], [300, 301, 300, 301, 2, 2], [0, 255],
-                     [3, 1, 2, 1, 2, 1, 2]]  # the commonest pair is not the first: the dict's order is seen
+                     [3, 1, 2, 1, 2, 1, 2],  # the commonest pair is not the first: the dict's order is seen
+                     # a text's length (the training text is long): its pairs change after its first thousands
+                     list(("to be, or not to be " * 110 + "that is the question " * 100).encode())]
+
+
+def _ids_words(ids) -> str:
+    """A case of ids as the message shows it: a long list by its length and start."""
+    return repr(ids) if len(ids) <= 12 else f"a list of {len(ids)} ids ({repr(ids[:6])[:-1]}, ...])"
 
 
 def _copying_call(fn, ids, *rest):
@@ -99,6 +106,10 @@ def _positions(ids, pair):
 def pairs_reading(ids, got, expected):
     if not isinstance(got, dict):
         return None
+    n = sum(v for v in got.values() if isinstance(v, int)) + 1  # a prefix of n ids holds n - 1 pairs
+    if 2 <= n < len(ids) and got == pairs_known(ids[:n]):
+        return (f"your counts are exactly those of the first {n} of the {len(ids)} ids (ids[:{n}]): no pair after "
+                f"position {n - 2} was counted. Is the list cut short (a slice, or a bound kept from trying it out)?")
     if set(got) == set(expected) and len(expected) > 2:
         for words, f in {"0": lambda e: 0, "minus what it should be": lambda e: -e, "one more than it should be": lambda e: e + 1,
                          "one less than it should be": lambda e: e - 1, "twice what it should be": lambda e: 2 * e}.items():
@@ -161,7 +172,7 @@ _PAIR_SUMMARY = ("count_pairs: overlapping runs ([97, 97, 97] holds (97, 97) twi
                  "empty list: every neighbouring pair counted, input untouched.",
                  "return a dict {(a, b): count}.")
 check_count_pairs, check_count_pairs_hidden = make_checks(
-    "check_count_pairs", _copying_call, PAIR_CASES, PAIR_HIDDEN_CASES, "count_pairs", reference("count_pairs"), pair_variants, repr,
+    "check_count_pairs", _copying_call, PAIR_CASES, PAIR_HIDDEN_CASES, "count_pairs", reference("count_pairs"), pair_variants, _ids_words,
     _PAIR_SUMMARY, _shifted, reading=pairs_reading, ordered=True)
 
 # ---------------------------------------------------------------------------------------------
@@ -208,6 +219,13 @@ def merge_reading(case, got, expected):
     left = [i for i in range(len(got) - 1) if (got[i], got[i + 1]) == tuple(pair)]
     if left:
         return f"your output still holds {pair} at position {left[0]}: every occurrence must be replaced"
+    where = [i for i, x in enumerate(expected) if x == new_id]
+    other = {got[i] for i in where if i < len(got)}
+    if len(got) == len(expected) and len(other) == 1 and (used := other.pop()) != new_id \
+            and got == merge_known(list(ids), pair, used):
+        return (f"every merge is in the right place, but with the id {used} where the call asked for new_id = {new_id}: "
+                f"your output is what merge gives with new_id = {used}. Is the new id a number written into the "
+                "code instead of the new_id argument?")
     return None
 
 

@@ -214,7 +214,7 @@ def _wrong(spec: Spec):
             words = "wrong output: " + (first_difference(expected, got) if sequences else
                                         f"{describe(got)} where the reference returns {describe(expected)}")
         evidence = (spec.evidence or _evidence(spec.compare))(case, expected, got)
-        return f"{what}: {words}. Evidence: {evidence}."
+        return f"{what}: {words}{'' if words.endswith('?') else '.'} Evidence: {evidence}."
 
     return wrong
 

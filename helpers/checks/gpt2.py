@@ -153,13 +153,28 @@ check_gelu, check_gelu_hidden = visible_and_hidden("check_gelu", _probe_gelu, _j
 
 # (seed, V, P, C, L, nh, B, T, dtype)
 LOAD_CASES = [(80, 23, 11, 12, 2, 3, 2, 9, torch.float64)]
-LOAD_HIDDEN_CASES = [(81, 29, 13, 10, 3, 2, 3, 7, torch.float64), (82, 19, 9, 8, 1, 4, 3, 6, torch.float32)]
+LOAD_HIDDEN_CASES = [(81, 29, 13, 10, 3, 2, 3, 7, torch.float64), (82, 19, 9, 8, 1, 4, 3, 6, torch.float32),
+                     (83, 17, 8, 6, 2, 3, 2, 5, torch.float64)]
+#: a case's checkpoint in another dtype than its model (a float32 download into a float64 model): by seed
+CHECKPOINT_DTYPES = {83: torch.float32}
+
+
+def _checkpoint(case) -> dict[str, torch.Tensor]:
+    seed, V, P, C, L, nh, B, T, dtype = case
+    return gpt2_format_checkpoint(V, P, C, L, seed, CHECKPOINT_DTYPES.get(seed, dtype))
 
 
 def _case_text(case) -> str:
     seed, V, P, C, L, nh, B, T, dtype = case
     return (f"a GPT-2-format checkpoint with V={V}, {P} positions, C={C}, {L} layer{'s' if L > 1 else ''} of "
-            f"{nh} heads ({str(dtype)[6:]}), on ids of shape ({B}, {T})")
+            f"{nh} heads ({_dtypes_text(case)}), on ids of shape ({B}, {T})")
+
+
+def _dtypes_text(case) -> str:
+    seed, dtype = case[0], case[-1]
+    if seed in CHECKPOINT_DTYPES:
+        return f"{str(CHECKPOINT_DTYPES[seed])[6:]}, into a {str(dtype)[6:]} model"
+    return str(dtype)[6:]
 
 
 def _ids(case) -> torch.Tensor:
@@ -181,17 +196,18 @@ def _probe_load(cases):
         for case in cases:
             seed, V, P, C, L, nh, B, T, dtype = case
             model = _fresh_model(case)  # seeded: a weight left unloaded keeps known values
-            checkpoint = WatchedCheckpoint(gpt2_format_checkpoint(V, P, C, L, seed, dtype))
+            checkpoint = WatchedCheckpoint(_checkpoint(case))
             try:
                 returned = load_gpt2_state_dict(model, checkpoint)
                 params = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
                 shared = shared_with_checkpoint(model, checkpoint)  # a parameter that is a view of the checkpoint
+                dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
                 tied = model.lm_head.weight is model.word_to_embedding.weight
                 outputs = sublayer_outputs(model, _ids(case))
             except Exception as exc:  # noqa: BLE001 - the error is evidence
                 runs.append({**caught(exc, {"V": V, "C": C}), **key_error_facts(load_gpt2_state_dict, lambda c=case: _fresh_model(c), checkpoint, exc)})
                 continue
-            runs.append({"params": params, "tied": tied, "outputs": outputs, "shared": shared,
+            runs.append({"params": params, "tied": tied, "outputs": outputs, "shared": shared, "dtypes": dtypes,
                          "returned": "the model" if returned is model else describe(returned)})
         return {"runs": runs}
 
@@ -211,7 +227,7 @@ def _load_hint(error: str, case, run: dict) -> str:
     key = re.fullmatch(r"KeyError: '(.*)'", error)
     if not key or key_error_hint(key[1], run):  # what the probe established about a KeyError comes first
         return key_error_hint(key[1], run) if key else ""
-    key, names = key[1], list(gpt2_format_checkpoint(V, P, C, L, seed, dtype))
+    key, names = key[1], list(_checkpoint(case))
     near = difflib.get_close_matches(key, names, n=2, cutoff=0.5)
     hint = ("the layer's prefix is missing: layer i's entries start with 'h.i.'" if f"h.0.{key}" in names else
             "the ending is missing: each entry ends in .weight or .bias" if f"{key}.weight" in names else
@@ -229,8 +245,15 @@ def _judge_load(cases):
             initial_model = _fresh_model(case)
             initial = {n: p.detach().clone() for n, p in initial_model.named_parameters(remove_duplicate=False)}
             model = _fresh_model(case)
-            gpt2.load_gpt2_state_dict(model, gpt2_format_checkpoint(V, P, C, L, seed, dtype))
+            gpt2.load_gpt2_state_dict(model, _checkpoint(case))
             expected = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
+            came = str(dtype).removeprefix("torch.")
+            if run.get("dtypes") not in (None, [came]):
+                raise CheckFailed(
+                    f"{what}: the model came in {came} and its parameters came back {' and '.join(run['dtypes'])}"
+                    + (", the checkpoint's dtype" if run["dtypes"] == [str(CHECKPOINT_DTYPES.get(seed, dtype))[6:]] else "")
+                    + ": the loader changed the dtype of the caller's model. copy_ converts each value into the "
+                    "parameter's own dtype; was the model converted (model.to(...), .float()) or a parameter replaced?")
             wanted = sublayer_outputs(model, _ids(case))
             got_params, got_outputs = run.get("params") or {}, run.get("outputs") or {}
             tol = tolerance(dtype)

@@ -19,14 +19,25 @@ exercise must also hold, and where it is checked:
     and :func:`kept_between_calls` says what a later call finds that the first one left behind.
 * **a module**: the same, through ``verdict`` (``gradients`` / ``judge_gradients``, the input kept,
   ``causal``'s second call on one token more); an attention module (lessons 03, 04, 09) gets one
-  hidden case whose input has a position of exact zeros: :func:`with_zero_position`.
+  hidden case whose input has a position of exact zeros: :func:`with_zero_position`; a call leaves
+  every sub-module's mode (training or evaluation) as the caller set it (``verdict.mode_changed``,
+  and the speaker classifier's check).
+* **a function that changes a module in place** (a loader, ``modern_options``): the caller's model keeps
+  its dtype (GPT-2's loader is handed a float32 checkpoint for a float64 model), and the parts it is
+  not asked to change keep their weights (``modern_options``' check gives the block weights of its own
+  first).
 * **a function handed a generator** (``sample_next``; ``get_batch``'s check compares the states
   itself): the generator is its only randomness, so PyTorch's global generator is where it was
   after the call: :func:`rng_watch` on the probe's side, :func:`judge_rng` on the judge's; and
   handed none, it draws from the global generator as the caller seeded it: :func:`unseeded_calls`,
   :func:`judge_unseeded`.
 * **a training step**: it may be handed a model whose parameters already hold gradients (a
-  backward() of the caller's, an accumulation): :func:`stale_gradients`.
+  backward() of the caller's, an accumulation): :func:`stale_gradients`; and a model in evaluation
+  mode, which it must put in training mode, every layer of it (``training_replay.TinyLM`` records
+  whether the flag was set on the model alone).
+* **sizes past the lesson's own**: a sequence longer than a table built for the lesson's sizes (the
+  position embeddings), a list as long as a text (``count_pairs``): a value kept from trying the
+  function out (a global, a slice) fails there, and ``code_notes_names`` says which name it read.
 """
 
 from __future__ import annotations

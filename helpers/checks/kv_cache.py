@@ -27,6 +27,7 @@ from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.invariants import with_zero_position
 from helpers.checks.kv_cache_known import chained
+from helpers.checks.kv_cache_reuse import from_a_given_cache, given_cache_told
 from helpers.checks.verdict import load_weights, tolerance
 
 PARAMS = ("key.weight", "query.weight", "to_output.weight", "value.weight")
@@ -104,6 +105,13 @@ def _probe(with_kv: bool, cases):
             module = module.to(dtype)
             load_weights(module, weights, f"{cls.__name__}{args}")
             run = run_chunked(module, x, chunks, sizes)
+            if not stopped(run) and len(chunks) > 1:
+                def build(cls=cls, args=args, dtype=dtype, weights=weights):
+                    fresh = cls(*args).to(dtype)
+                    load_weights(fresh, weights, f"{cls.__name__}{args}")
+                    return fresh
+
+                run.update(from_a_given_cache(build, module, x, chunks, sizes))
             if not with_kv:
                 T, given = mask.shape[-1], mask.clone()
                 try:
@@ -271,6 +279,7 @@ def _judge(with_kv: bool, name: str, cases):
                     swapped = " The cache holds (v, k): return (k, v)." if close(other, part, tol, tol) else ""
                     raise CheckFailed(f"{what}: the cache's {kind} is not the {'keys' if kind == 'k' else 'values'} "
                                       f"of the positions so far.{swapped} Evidence: {first_mismatch(want, part, tol, tol)}.")
+            given_cache_told(what, run, expected, chunks, tol)
             if "masked" in run:
                 T = mask.shape[-1]
                 want = chained(w64, x[:, :T].double(), [T], nh, n_kv, masks=[mask])[0]

@@ -111,6 +111,12 @@ def _mlp_structure(what: str, run: dict, C: int, H: int) -> None:
             problem = (f"the Sequential holds {layers}: {', '.join(extra)} between the layers is not part of this MLP "
                        "(Linear, ReLU, Linear), and it moves the second linear layer from model.2 to "
                        f"model.{len(layers) - 1}")
+        elif set(params) != set(want) and sorted(map(tuple, params.values())) == sorted(map(tuple, want.values())) \
+                and layers == ["Linear", "ReLU", "Linear"]:
+            problem = ("the layers and their sizes are right, but their parameters have other names: an nn.Sequential "
+                       "built from named layers (an OrderedDict) names them by those names, not by their places "
+                       "(model.0, model.2), and the course's weights and checkpoints find them by place. Build it "
+                       "as nn.Sequential(nn.Linear(...), nn.ReLU(), nn.Linear(...))")
         elif layers == ["Linear", "Linear"]:
             problem = "the ReLU between the two linear layers is missing (so the second layer is model.1)"
         elif first == [C, H] and params.get("model.2.weight") == [H, C]:

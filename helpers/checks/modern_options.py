@@ -94,6 +94,30 @@ def _facts(block) -> dict:
             "n_kv": getattr(attention, "n_kv_heads", None), "n_heads": getattr(attention, "n_heads", None)}
 
 
+#: the block's parts a config may replace; the others it asks for stay the very modules they were
+PARTS = ("norm_before_attn", "attention", "norm_before_mlp", "mlp")
+
+
+def _marked(block, seed: int) -> dict[str, list[torch.Tensor]]:
+    """Gives the block's parts weights of their own, as training or loading would (not the values a new
+    module starts with), and returns them by part."""
+    g = torch.Generator().manual_seed(seed + 900)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return {n: [p.detach().clone() for p in getattr(block, n).parameters()] for n in PARTS}
+
+
+def _kept(block, marks: dict) -> list[str]:
+    """The parts whose weights are still those they had before modern_options ran."""
+    kept = []
+    for n in PARTS:
+        now = list(getattr(getattr(block, n, None), "parameters", list)())
+        if len(now) == len(marks[n]) and all(a.shape == b.shape and torch.equal(a.detach(), b) for a, b in zip(now, marks[n], strict=True)):
+            kept.append(n)
+    return kept
+
+
 def _probe_options(cases):
     def probe(modern_options) -> dict:
         expect_callable(modern_options, "modern_options")
@@ -101,6 +125,7 @@ def _probe_options(cases):
         for case in cases:
             seed, B, T, C, nh, n_kv, H, eps, base, modern, dtype = case
             block = _block(case)
+            marks = _marked(block, seed)
             with case_sizes({"B": B, "T": T, "C": C, "nh": nh, "H": H}):
                 try:
                     with known_good_parts(modern_options):
@@ -109,7 +134,8 @@ def _probe_options(cases):
                     found.append(caught(exc))
                     continue
             shapes = _shapes(block)
-            run = {"shapes": {n: list(s) for n, s in shapes.items()}, **_facts(block), "shared": shared_modules(block)}
+            run = {"shapes": {n: list(s) for n, s in shapes.items()}, **_facts(block), "shared": shared_modules(block),
+                   "kept": _kept(block, marks)}
             x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64).to(dtype)
             weights = _block_weights(shapes, seed)
             try:
@@ -236,6 +262,19 @@ def _judge_options(cases):
             got = {n: tuple(s) for n, s in (run.get("shapes") or {}).items()}
             if got != want:
                 raise CheckFailed(f"{what}: {_layout_told(got, want, case, run)}.")
+            fresh = _block(case)
+            marks = _marked(fresh, seed)
+            kinds = {n: type(getattr(fresh, n)).__name__ for n in PARTS}
+            ref.modern_options(fresh, _option_config(case))
+            replaced = [n for n in _kept(fresh, marks) if n not in run.get("kept", PARTS)]
+            if replaced:
+                raise CheckFailed(
+                    f"{what}: block.{' and block.'.join(replaced)} no longer {'hold' if len(replaced) > 1 else 'holds'} the "
+                    f"weights the block came with, although the config keeps "
+                    f"{'them' if len(replaced) > 1 else 'it'} as {'they are' if len(replaced) > 1 else 'it is'}: the "
+                    f"block came with weights of its own in {'them' if len(replaced) > 1 else 'it'} (trained or loaded, as "
+                    f"here) and they are gone (a new {kinds[replaced[0]]} starts from fresh ones). Replace only the parts "
+                    "the config asks to change.")
             raise_caught(what + ", then the block's forward", run)
             x = torch.randn(B, T, C, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64).to(dtype)
             weights = _block_weights(want, seed)

@@ -98,9 +98,10 @@ def _shift_wrong(what, case, got, expected, run) -> str:
                 "time (the last). Slice the last dimension: ids[..., a:b] works for (T,) and (B, T) alike.")
     for name, mine, wanted in zip(("inputs", "targets"), got, expected, strict=True):
         if mine.shape[:-1] == shape[:-1] and mine.ndim == len(shape) and mine.shape[-1] != shape[-1]:
-            itself = (f" Your {name} are ids itself: is a short window handled apart? A window of T + 1 ids gives T "
-                      "inputs and T targets, so one id gives two empty (0,) tensors." if mine.shape == ids.shape
-                      and torch.equal(mine, ids) else "")
+            itself = (f" Your {name} are ids itself, all {T} of its positions: the slice kept the whole window (its "
+                      "bound at or past the window's end, or a start of -0, which is 0). A window of T + 1 ids gives T "
+                      "inputs and T targets" + (", so one id gives two empty (0,) tensors." if T == 1 else ".")
+                      if mine.shape == ids.shape and torch.equal(mine, ids) else "")
             return (f"{what}: {name} should have shape {shape} (one fewer position than ids), got {tuple(mine.shape)}."
                     + (itself or _ends_cut(name, mine, wanted)))
         if mine.dtype != ids.dtype:

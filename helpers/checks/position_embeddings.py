@@ -41,6 +41,7 @@ POS_HIDDEN_CASES = [
     (55, (4,), 1, 6, 5, torch.float64),
     (56, (3,), 8, 5, 8, torch.float64),
     (57, (), 5, 2, 7, torch.float32),
+    (58, (2,), 70, 3, 80, torch.float64),  # a long sequence: longer than a table built for the lesson's sizes
 ]
 
 

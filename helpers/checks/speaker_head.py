@@ -98,6 +98,9 @@ def _probe(cases):
                         run["grads"] = {n: None if g is None else g for (n, _), g in zip(named, grads, strict=True)}
                     except Exception as exc:  # noqa: BLE001
                         run["grads"] = f"{type(exc).__name__}: {exc}"[:500]
+                    model.train()  # a call while the classifier trains: the mode is the caller's, before and after
+                    attempt(model, ids, lengths_t.clone(), sizes=sizes)
+                    run["left_in_eval"] = [n or "the classifier" for n, m in model.named_modules() if not m.training][:4]
             found.append(run)
         return {"runs": found}
 
@@ -193,8 +196,14 @@ def _judge(cases):
                     raise CheckFailed(f"{what}: the output is right, but no gradient reaches {name}: the features must stay "
                                       "in the graph (no .detach(), torch.no_grad() or .item()), or the model cannot be "
                                       "fine-tuned through them.")
+            if run.get("left_in_eval"):
+                raise CheckFailed(f"{what}: the output and its gradients are right, but a call made in training mode (the "
+                                  f"classifier and every layer set by model.train()) left {', '.join(run['left_in_eval'])} in "
+                                  "evaluation mode: forward changes the mode of the caller's model, so dropout is off while "
+                                  "the classifier trains. Is there an .eval() (or .train(False)) in forward? The mode is the "
+                                  "caller's to set.")
         return ("SpeakerClassifier: the last real position or the mean of the real positions, as pooling says; padding "
-                "never counts; the head's outputs and the gradients match the reference.")
+                "never counts; the head's outputs and the gradients match the reference; a call leaves the mode as it was.")
 
     return judge
 

@@ -159,8 +159,8 @@ def _read(case: Case, what: str, pair: dict) -> tuple[torch.Tensor, torch.Tensor
                 "(B, 1) and the offsets in a row (T,)."
             )
         if tuple(t.shape) != (B, T):
-            rows = (f" The rows are windows, one per start: {t.shape[0]} rows means {t.shape[0]} start(s) were drawn; "
-                    "draw batch_size of them." if t.dim() == 2 and t.shape[1] == T and t.shape[0] != B else "")
+            rows = (f" The rows are windows, one per start: {t.shape[0]} rows means {t.shape[0]} start(s) were drawn; draw batch_size of them." + (f" {case.N - T} is also how many different starts fit (N - block_size): starts drawn without repetition (torch.randperm) are never more. Starts may repeat: draw each on its own (torch.randint)."
+                    if t.shape[0] == case.N - T < B else "") if t.dim() == 2 and t.shape[1] == T and t.shape[0] != B else "")
             cols = (f" Each row is a window of {B} = batch_size consecutive ids of the text where block_size = {T} "
                     "were asked: are the offsets of a window made from batch_size (torch.arange(batch_size))?"
                     if t.dim() == 2 and t.shape[0] == B and t.shape[1] == B != T and _windows(t, text(case)) else "")

@@ -180,6 +180,12 @@ def _form(what: str, case: Case, got, run: dict) -> str | None:
         raise CheckFailed("the check's data is incomplete")
     if not forwards:
         return f"{what} never called the model: every batch's loss comes from model(x)."
+    modes = [f[0] if isinstance(f, list) and f else None for f in forwards]
+    n = case.n_batches
+    if len(modes) > n and not any(modes[:n]) and all(m is True for m in modes[n:]):
+        return (f"{what}: the first split's {n} forward passes ran in evaluation mode and every later one in training "
+                "mode: after the first split the model was back in training mode. Is the mode put back inside the "
+                "loop over the splits, instead of once after it?")
     if any(f[0] is True for f in forwards if isinstance(f, list) and f):
         return (f"{what}: {sum(f[0] is True for f in forwards)} of your {len(forwards)} forward passes ran in training "
                 "mode: call model.eval() before measuring. In training mode dropout zeroes a random share of the "

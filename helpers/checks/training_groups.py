@@ -70,6 +70,7 @@ class Case:
     layers: int = 1
     tied: bool = True
     bias: bool = False  # attention's biases (lm) or the first Linear's (mixer)
+    frozen: tuple[str, ...] = ()  # parameters handed over with requires_grad=False (fine-tuning freezes some)
 
 
 CASES = [
@@ -81,6 +82,8 @@ HIDDEN_CASES = [
     Case("mixer", V=6, C=4, weight_decay=0.3, bias=True),
     Case("lm", V=13, C=6, weight_decay=0.01, layers=3, tied=False),
     Case("mixer", V=5, C=3, weight_decay=0.1, bias=False),
+    Case("lm", V=8, C=4, weight_decay=0.1, layers=2, tied=True,
+         frozen=("pos_to_embedding.weight", "layers.0.attention.query.weight", "layers.1.norm_before_mlp.bias")),
 ]
 
 
@@ -90,9 +93,12 @@ def model_for(case: Case) -> nn.Module:
         return language_models.BareBonesLM(case.V, case.C)
     if case.kind == "mixer":
         return Mixer(case.V, case.C, case.bias)
-    return transformer_lm.TransformerLM(transformer_lm.Config(
+    model = transformer_lm.TransformerLM(transformer_lm.Config(
         n_vocab=case.V, max_len=5, emb_dim=case.C, n_hidden=2 * case.C, head_dim=case.C // 2, n_heads=2,
         n_layers=case.layers, tie_weights=case.tied, attn_bias=case.bias))
+    for name in case.frozen:
+        model.get_parameter(name).requires_grad_(False)
+    return model
 
 
 def _names(model: nn.Module) -> dict[int, str]:
@@ -257,7 +263,12 @@ def _reading(case: Case, got, expected) -> str:
                         "parameter given twice; take each tensor once (a tied table is held by two modules, so "
                         "walking the modules' own parameters reaches it twice)")
     missing = [n for n in expected if n not in got]
-    if missing:
+    if missing and case.frozen and sorted(missing) == sorted(case.frozen):
+        said.append(f"in no group: the {len(missing)} parameters handed over frozen (requires_grad=False: "
+                    f"{', '.join(missing)}), and only they. Every parameter of model.parameters() belongs in a group, "
+                    "frozen ones too: AdamW skips a parameter without a gradient, and one unfrozen later must "
+                    "already be in a group")
+    elif missing:
         said.append(f"in no group: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
     model, unnamed = model_for(case), []
     for n, v in expected.items():

@@ -19,6 +19,10 @@ from helpers.reference import training_step as ref
 TOL = 1e-9  # float64 all the way: a correct step matches the reference to rounding
 
 
+#: a forward pass's mode when the model's own flag was on and a layer's off
+MODEL_ONLY = "the model's flag alone"
+
+
 class TinyLM(nn.Module):
     """A small stand-in language model: ids (B, T) -> logits (B, T, V). Each position sees the mean
     of the embeddings up to it, then Linear, tanh, Linear; every forward pass records the mode."""
@@ -28,10 +32,12 @@ class TinyLM(nn.Module):
         self.embed = nn.Embedding(n_vocab, emb_dim)
         self.mix = nn.Linear(emb_dim, emb_dim)
         self.head = nn.Linear(emb_dim, n_vocab, bias=False)
-        self.modes: list[bool] = []
+        self.modes: list[bool | str] = []
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        self.modes.append(self.training)
+        layers = {m.training for m in self.children()}
+        # the model's own flag, or MODEL_ONLY where it is on and a layer's is off (set on the model alone)
+        self.modes.append(MODEL_ONLY if self.training and False in layers else self.training)
         x = self.embed(ids)  # (B, T, C)
         counts = torch.arange(1, x.shape[-2] + 1, dtype=x.dtype).unsqueeze(-1)  # (T, 1)
         prefix_mean = x.cumsum(dim=-2) / counts  # (B, T, C)

@@ -34,6 +34,7 @@ HIDDEN_CASES = [
     (9, 0.8, 0.2, 8, True),  # the decay lasts a single step
     (40, 0.07, 0.003, 7, True),
     (6, 0.4, 0.04, 1, True),
+    (4, 0.5, 0.05, 5, True),  # the warm-up outlasts the run: steps - 1 - warmup_steps is negative
 ]
 
 
@@ -131,6 +132,11 @@ def _variants(case) -> dict[str, list[float]]:
         "a linear decay, not a cosine: use min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2":
             schedule(after=lambda s: lr - (lr - min_lr) * min(1.0, (s - warmup) / decay)),
     }
+    if steps - 1 - warmup < 0:  # a negative span: only a rule that replaces just 0 departs here
+        variants["the span of the decay, steps - 1 - warmup_steps, is replaced by 1 only when it is 0 "
+                 "(`(...) or 1`, say), not whenever it is smaller than 1: here the warm-up outlasts the run, the span "
+                 f"is {steps - 1 - warmup}, and progress counts down; max(1, steps - 1 - warmup_steps) covers both"] = \
+            schedule(after=lambda s: _cos(lr, min_lr, min(1.0, (s - warmup) / ((steps - 1 - warmup) or 1))))
     if not cosine:
         variants["config.cosine is False, but you decayed anyway: without cosine the rate stays at lr "
                  "after the warm-up"] = [

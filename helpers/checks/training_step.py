@@ -26,6 +26,7 @@ from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.training_replay import (
     LR,
+    MODEL_ONLY,
     TOL,
     Case,
     _params_before,
@@ -132,7 +133,6 @@ PROCEDURES = {
         ("end", "norm"),
 }
 
-
 ERROR_HINTS = [
     (("Expected target size", "Expected input batch_size", "spatial targets"), "cross_entropy wants logits of "
      "shape (N, V) and targets of shape (N,): flatten the batch and time dimensions, logits.reshape(B * T, V) "
@@ -204,6 +204,12 @@ def _judge(cases):
                 modes = got.get("modes")
                 if not isinstance(modes, list) or not modes:
                     raise CheckFailed(f"{what}: step {k + 1} never called the model (model(x)).")
+                if MODEL_ONLY in modes:
+                    raise CheckFailed(
+                        f"{what}: step {k + 1} ran its forward pass with the model's own training flag on and its "
+                        "layers' off (they stayed in the evaluation mode the model came in): the flag was set on the "
+                        "model alone. model.training = True does that; model.train() sets it on every layer, and "
+                        "each layer (dropout, say) reads its own.")
                 if not all(m is True for m in modes):
                     raise CheckFailed(f"{what}: " + (
                         f"the model came in evaluation mode and step {k + 1} ran its forward pass in that mode. "

@@ -45,7 +45,17 @@ def run_module(module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
     """Probe side: the module's output on x (``attempt``'s record), on x again, on each batch element
     alone when ``batched``, every sub-module's input and output on the way (``steps``) and the
     sub-modules whose output forward ignores (``ignored``)."""
-    run = attempt(module, x, sizes=sizes)
+    modes = {n: m.training for n, m in module.named_modules()}
+    called: set[str] = set()
+    hooks = [m.register_forward_pre_hook(lambda *_, n=n: called.add(n)) for n, m in module.named_children()]
+    try:
+        run = attempt(module, x, sizes=sizes)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    run["mode_changed"] = mode_changed(module, modes)
+    run["uncalled"] = _unused_children(module, x, [n for n, m in module.named_children()
+                                                   if n not in called and any(True for _ in m.parameters())])
     if "out" in run:
         run["again"] = attempt(module, x.clone(), sizes=sizes).get("out")
         if batched:
@@ -54,6 +64,39 @@ def run_module(module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
         run["ignored"] = attempt(lambda v: unused_outputs(module, v), x.clone(), sizes=sizes).get("out")
         run["grads"] = gradients(module, x)
     return run
+
+
+def _unused_children(module, x: torch.Tensor, names: list[str]) -> list[str]:
+    """Of the children ``names`` (never called by forward), those whose weights get no gradient from the
+    output either (not used another way, such as F.linear(x, self.down.weight)), at most three."""
+    if not names:
+        return []
+    try:
+        with torch.enable_grad():
+            out = module(x.clone())
+            params = [p for n in names for p in module.get_submodule(n).parameters()]
+            grads = torch.autograd.grad(out.double().sum(), params, allow_unused=True) if out.requires_grad else [None] * len(params)
+    except Exception:  # noqa: BLE001 - what cannot be established is not said
+        return []
+    unused, k = [], 0
+    for n in names:
+        count = sum(1 for _ in module.get_submodule(n).parameters())
+        if all(g is None or not g.any() for g in grads[k:k + count]):
+            unused.append(f"self.{n} ({type(module.get_submodule(n)).__name__})")
+        k += count
+    return unused[:3]
+
+
+def mode_changed(module, modes: dict[str, bool]) -> list[str]:
+    """The sub-modules whose training flag a call changed (``modes``: the flags before it), at most four."""
+    return [n or "the module itself" for n, m in module.named_modules() if n in modes and m.training != modes[n]][:4]
+
+
+def mode_told(what: str, changed: list[str]) -> str:
+    """The message for a call that changed its module's mode (``mode_changed``)."""
+    return (f"{what}: the output is right, but the call changed the mode of {', '.join(changed)} (training <-> "
+            "evaluation): the mode is the caller's, set with model.train() or model.eval() (dropout reads it). Does "
+            "forward call .eval() or .train()?")
 
 
 INPUT_GRAD = "(input)"
@@ -296,6 +339,20 @@ def judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variants
     ``leak()``: ``first_leak``'s finding (asked once the shape is known to be right), and ``leak_means``
     what it says of the module; ``dtype_too``: the output must also keep the input's dtype;
     ``gradient_hint``: ``judge_gradients``' hint, once the output is right."""
+    try:
+        _judge_output(run, expected, diagnosis, variants=variants, reference=reference, inputs=inputs, known=known,
+                      noun=noun, part=part, leak=leak, leak_means=leak_means, note=note, dtype_too=dtype_too,
+                      gradient_hint=gradient_hint)
+    except CheckFailed as failure:
+        uncalled = run.get("uncalled")
+        if uncalled and "never called" not in str(failure):
+            raise CheckFailed(f"{failure} Forward never called {', '.join(uncalled)}, which the module holds: its "
+                              "weights take no part in the output. Is a line that calls it missing or commented out?") from None
+        raise
+
+
+def _judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variants, reference, inputs, known, noun, part,
+                  leak, leak_means, note, dtype_too, gradient_hint) -> None:
     what, tol, out = diagnosis["what"], diagnosis["atol"], run.get("out")
     outside = outside_told(run.get("outside"))  # new weights at every call: the cause of what follows
     if outside and isinstance(out, torch.Tensor) and not (out.shape == expected.shape and close(expected, out, tol, tol)):
@@ -306,6 +363,8 @@ def judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variants
     if close(expected, out, tol, tol) and leaked is None:
         if reference is not None and inputs and "grads" in run:
             judge_gradients(run["grads"], reference, inputs[0], what, diagnosis["dtype"], gradient_hint)
+        if run.get("mode_changed"):
+            raise CheckFailed(mode_told(what, run["mode_changed"]))
         return
     if rule == "rule_nonfinite":
         leaked = None  # inf - inf and 0 * inf move with any token: not evidence of a leak

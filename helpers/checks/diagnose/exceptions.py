@@ -200,20 +200,23 @@ def _sizes_written_in(exc: BaseException, source: str, values, sizes) -> list[st
 
 def _axis_too_many(described: list[str]) -> list[str]:
     """A tensor on the failing line whose shape, in the case's letters, holds one letter twice ((B, B, nh, T, T))
-    or a 1 in front of the batch ((1, B, T)): an axis more than it should have, said as what it shows."""
-    for text in described:
-        shape = re.search(r"^(\S+): \w+ \(.*\) = \(([^)]*)\)", text)
-        if not shape:
+    or a 1 in front of the batch ((1, B, T)): an axis more than it should have, said as what it shows. Said
+    only of a tensor with more axes than every other tensor on the line: where another has as many, the
+    letter seen twice is a size equal to that letter's by chance ((B, 3, T, B) for a last axis of 2 = B)."""
+    shapes = [(m.group(1), [a.strip() for a in m.group(2).split(",")]) for m in
+              (re.search(r"^(\S+): \w+ \(.*\) = \(([^)]*)\)", text) for text in described) if m]
+    for name, letters in shapes:
+        if any(len(other) >= len(letters) for n, other in shapes if n != name) and len(letters) > 2:
             continue
-        letters = [a.strip() for a in shape.group(2).split(",")]
+        shape = (name, letters)
         named = [a for a in letters if a and not a.isdigit()]
         twice = next((a for a in named if named.count(a) > 1 and a in ("B", "nh", "n_kv")), None)  # T, C: (T, T), (C, C) are fine
         if twice and len(letters) == 2:  # (B, B): two axes, as a (T, T) mask has, each the size of the wrong one
-            return [f"{shape.group(1)} is ({twice}, {twice}): both of its sizes are {twice}'s. Was a size read from the "
+            return [f"{shape[0]} is ({twice}, {twice}): both of its sizes are {twice}'s. Was a size read from the "
                     f"{twice} axis (x.shape[0] of a batch, say) where another was meant?"]
         if twice or (len(letters) > 2 and letters[0] == "1" and letters[1] == "B"):
             what = f"{twice} twice" if twice else "a 1 in front of the batch axis B"
-            return [f"{shape.group(1)} has {len(letters)} axes, ({', '.join(letters)}), with {what}: one axis more than "
+            return [f"{shape[0]} has {len(letters)} axes, ({', '.join(letters)}), with {what}: one axis more than "
                     "it should have. Was an axis added (unsqueeze, [None]) to a tensor that already had it, or did two "
                     "tensors with different numbers of axes broadcast into this one?"]
     return []

@@ -91,6 +91,7 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
         return Finding(
             f"A view/reshape to [{dims}] cannot hold the {total} entries the tensor has: the sizes asked for "
             "must multiply to the tensor's number of entries (check which sizes you split or merged)."
+            + _one_size_other([int(d) for d in dims.split(",") if d.strip()], int(total), sizes)
         )
     if "view size is not compatible with input tensor's size and stride" in text:
         return Finding(
@@ -266,6 +267,24 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
             "(T, C) has 2). Use x.shape[-1], x.shape[-2], … to read sizes from the end."
         )
     return NOTHING
+
+
+def _one_size_other(asked: list[int], total: int, sizes) -> str:
+    """Where every size asked but one is the tensor's, and the entries left for that one are another size
+    of the case: the tensor holds that size there ([B, T, nh, hs] asked of a tensor of B·T·n_kv·hs)."""
+    if not sizes or -1 in asked:
+        return ""
+    found = []
+    for i, size in enumerate(asked):
+        rest = 1
+        for j, other in enumerate(asked):
+            rest *= other if j != i else 1
+        if rest and total % rest == 0 and total // rest != size:
+            held, asked_letter = _letter(total // rest, sizes), _letter(size, sizes)
+            if held and asked_letter and held != asked_letter:
+                found.append(f" Its {total} entries are the other sizes asked times {total // rest} = {held}: where "
+                             f"{asked_letter} = {size} was asked, the tensor holds {held} = {total // rest}.")
+    return found[0] if len(found) == 1 else ""  # two readings: neither is said
 
 
 def _none_attribute(nones: list[str], what: str, when: str) -> Finding:

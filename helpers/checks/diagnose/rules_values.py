@@ -25,9 +25,10 @@ def rule_nonfinite(c: _Case) -> Finding:
         where = _where(bad, c)
         spread = f" ({where})" if where else ""
         counts = ", ".join(x for x in (f"{nans} NaN" if nans else "", f"{infs} inf" if infs else "") if x)
-        causes = (" NaN comes from 0 × inf, inf - inf or 0 / 0 (a 0/1 mask multiplied by -inf gives NaN where it "
-                  "is 0: use masked_fill or torch.where), a softmax over a row that is -inf everywhere, or the "
-                  "sqrt or log of a negative number." if nans else
+        causes = (" NaN comes from 0 × inf, inf - inf, 0 / 0 or inf / inf (a 0/1 mask multiplied by -inf gives NaN "
+                  "where it is 0: use masked_fill or torch.where; exp of a large number on both sides of a fraction, as "
+                  "a tanh or a softmax written out with exp has, is inf / inf), a softmax over a row that is "
+                  "-inf everywhere, or the sqrt or log of a negative number." if nans else
                   " An infinity comes from an overflow (exp of a large number: subtract the maximum first), a "
                   "division by zero or log(0).")
         return Finding(

@@ -1,0 +1,133 @@
+"""The invariants and rules that verify what a message says (helpers/checks/invariants.py lists them):
+each is run here, in this process, on the course's own answer changed in one place, and the check
+must fail with the words that name that change.
+
+Each case takes an answer of the solutions (tests/harness.py), makes one change to its text, runs the
+cell as a notebook would (its lines in linecache, the lesson's reference around it) and calls the
+exercise's visible or hidden check. The lesson's own answer passes the same checks in its catalogue's
+tests; these say that the rule fires, on a mistake no catalogue entry is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import linecache
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from harness import lesson, solution_answers
+from torch import nn
+
+from autograder import lesson_checks  # noqa: F401 - registers every check
+from helpers.checks.core import REGISTRY, CheckFailed
+
+
+def _namespace(assignment: str, source: str) -> dict:
+    """``source`` run as a notebook cell of ``assignment``: the lesson's reference around it."""
+    module = lesson(assignment).meta.get("reference_module")
+    namespace = {"torch": torch, "nn": nn, "F": F, "math": math}
+    namespace.update({k: v for k, v in vars(importlib.import_module(f"helpers.reference.{module}")).items()
+                      if not k.startswith("__")})
+    filename = f"<cell {abs(hash(source)) % 10**8}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace["__name__"] = "__main__"
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the course's own answer, changed by the test
+    return namespace
+
+
+def _changed(assignment: str, grade_id: str, *edits: tuple[str, str]) -> str:
+    source = solution_answers(assignment)[grade_id]
+    for old, new in edits:
+        assert source.count(old) == 1, f"{grade_id}: {old!r} is not once in the answer"
+        source = source.replace(old, new)
+    return source
+
+
+# (assignment, grade_id, edits, check, the answer's name, words the failure must say); a source given
+# whole (a str) instead of edits when one change to the text is not enough
+CASES = {
+    "a training step that sets the model's flag alone": (
+        "07-training", "train-step", [("model.train()", "model.training = True")], "check_train_step", "train_step",
+        ["the flag was set on the model alone"]),
+    "the frozen parameters left out of the groups": (
+        "07-training", "param-groups", [("if id(p) not in chosen]", "if id(p) not in chosen and p.requires_grad]"),
+                                        ("and id(m.weight) not in tables]", "and id(m.weight) not in tables and m.weight.requires_grad]")],
+        "check_param_groups_hidden", "param_groups", ["handed over frozen (requires_grad=False"]),
+    "the mode put back inside the loop over the splits": (
+        "07-training", "estimate-loss", [("        estimates[name] = total / n_batches\n    model.train(was_training)",
+                                          "        estimates[name] = total / n_batches\n        model.train(was_training)")],
+        "check_estimate_loss", "estimate_loss", ["the first split's", "inside the loop over the splits"]),
+    "starts drawn without repetition": (
+        "07-training", "get-batch", [("torch.randint(len(ids) - block_size, (batch_size,), generator=generator)",
+                                      "torch.randperm(len(ids) - block_size, generator=generator)[:batch_size]")],
+        "check_get_batch", "get_batch", ["different starts fit (N - block_size)", "torch.randint"]),
+    "positions sliced from a table of the notebook's": (
+        "06-transformer-lm", "position-embeddings", [("    positions = torch.arange(T, device=x.device)",
+                                                      "    positions = all_positions[:T]")],
+        "check_position_embeddings_hidden", "add_position_embeddings", ["reads `all_positions`"]),
+    "a cache's offset kept on the module": (
+        "09-fast-generation", "cached-attention", [("        T_past = k.shape[2] - T_new  # the positions already cached",
+                                                    "        T_past = self.seen = getattr(self, 'seen', 0) if cache is not None else 0\n"
+                                                    "        self.seen = T_past + T_new")],
+        "check_cached_attention", "CachedSelfAttention", ["a second time (a second continuation of one prompt"]),
+    "a key view with the query's head count": (
+        "09-fast-generation", "grouped-query", [("self.key(x).view(B, T_new, n_kv, hs)", "self.key(x).view(B, T_new, nh, hs)")],
+        "check_grouped_query", "GroupedQueryAttention",
+        ["the tensor holds n_kv"]),
+    "default norms replaced by new ones": (
+        "11-modern-block", "modern-options", [("    if config.norm == \"rms\":\n        block.norm_before_attn = RMSNorm(C, eps=config.norm_eps)  # weight (C,), no bias\n"
+                                               "        block.norm_before_mlp = RMSNorm(C, eps=config.norm_eps)\n",
+                                               "    make = (lambda: RMSNorm(C, eps=config.norm_eps)) if config.norm == \"rms\" else (lambda: nn.LayerNorm(C))\n"
+                                               "    block.norm_before_attn, block.norm_before_mlp = make(), make()\n")],
+        "check_modern_options", "modern_options", ["no longer hold the weights the block came with"]),
+    "a layer the module holds and never calls": (
+        "11-modern-block", "swiglu", [("        return self.down(gated)  # (..., H) -> (..., C)", "        return gated")],
+        "check_swiglu", "SwiGLU", ["Forward never called self.down (Linear)"]),
+    "a forward that switches the language model to evaluation": (
+        "12-fine-tuning", "speaker-classifier", [("        hidden = self.lm(ids)  # (B, T, C)",
+                                                  "        self.lm.eval()\n        hidden = self.lm(ids)  # (B, T, C)")],
+        "check_speaker_classifier", "SpeakerClassifier", ["left lm,", "in evaluation mode"]),
+    "an MLP whose layers are named": (
+        "02-language-models", "mlp", [("        self.model = nn.Sequential(\n", "        self.model = nn.Sequential(OrderedDict(zip(('up', 'act', 'down'), (\n"),
+                                      ("            nn.Linear(n_hidden, emb_dim),  # (..., n_hidden) -> (..., C)\n        )",
+                                       "            nn.Linear(n_hidden, emb_dim),  # (..., n_hidden) -> (..., C)\n        ))))")],
+        "check_mlp", "MLP", ["their parameters have other names"]),
+    "a decay span replaced by 1 only when it is 0": (
+        "07-training", "learning-rate", [("max(1, config.steps - 1 - config.warmup_steps)",
+                                          "(config.steps - 1 - config.warmup_steps) or 1")],
+        "check_learning_rate_hidden", "learning_rate", ["replaced by 1 only when it is 0"]),
+    "a count of pairs cut at a fixed length": (
+        "10-gpt2", "count-pairs", [("(ids, ids[1:])", "(ids[:300], ids[1:300])")], "check_count_pairs_hidden",
+        "count_pairs", ["exactly those of the first 300"]),
+    "a merge that writes a number of its own": (
+        "10-gpt2", "merge-pair", [("out.append(new_id)", "out.append(256)")], "check_merge", "merge", ["with new_id = 256"]),
+    "a loader that converts the caller's model": (
+        "10-gpt2", "load-gpt2", [("    C = model.config.emb_dim", "    model.float()\n    C = model.config.emb_dim")],
+        "check_load_gpt2_hidden", "load_gpt2_state_dict", ["the model came in float64", "came back float32"]),
+}
+
+
+def _source(name: str) -> str:
+    assignment, grade_id, edits = CASES[name][:3]
+    source = _changed(assignment, grade_id, *edits)
+    if name == "positions sliced from a table of the notebook's":
+        source = "all_positions = torch.arange(50)  # the lesson's max_len\n" + source
+    if name == "an MLP whose layers are named":
+        source = "from collections import OrderedDict\n" + source
+    return source
+
+
+def _run(name: str):
+    assignment, grade_id, edits, check, obj, words = CASES[name]
+    namespace = _namespace(assignment, _source(name))
+    with pytest.raises(CheckFailed) as failure:
+        REGISTRY[check](namespace[obj])
+    missing = [w for w in words if w not in str(failure.value)]
+    assert not missing, f"{name}: the message lacks {missing}: {failure.value}"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_rule_names_the_change(name):
+    _run(name)
