@@ -150,6 +150,10 @@ def isolation(mode: str, root: Path, hidden_modules: list[str], private: list[Pa
     for source in reference_files(hidden_modules):
         args += ["--ro-bind", str(stub), str(source)]
         cache = source.parent / "__pycache__"
+        try:  # made now if it can be: the sandbox is then the same whenever Python writes its caches
+            cache.mkdir(exist_ok=True)
+        except OSError:
+            pass
         if cache.is_dir():
             args += ["--tmpfs", str(cache)]
     args += ["--bind", JOB_BASE, JOB_BASE]

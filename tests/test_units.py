@@ -392,6 +392,20 @@ def test_the_sandbox_hides_homes_exchanges_and_mounts_and_puts_python_back(tmp_p
         Path(sys.prefix).resolve().is_relative_to(h) for h in map(Path, hidden))
 
 
+def test_the_sandbox_is_the_same_before_and_after_python_writes_its_caches(monkeypatch):
+    """The hidden references' __pycache__ is mounted over (a stale .pyc would show the reference): its
+    folder is made when the sandbox is, so that a fork server started before Python wrote a cache and
+    one started after have the same sandbox, and the second run of a process reuses the first's servers."""
+    from autograder import sandbox
+
+    made = []
+    monkeypatch.setattr(Path, "mkdir", lambda self, *a, **k: made.append(self))
+    monkeypatch.setattr(Path, "is_dir", lambda self: self in made or self.exists() and not self.name == "__pycache__")
+    args = list(sandbox.isolation("bwrap", ROOT, ["attention"], []).prefix)
+    cache = str(sandbox.reference_files(["attention"])[0].parent / "__pycache__")
+    assert cache in [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"], "made, then hidden"
+
+
 def test_the_sandbox_hides_nbgraders_exchange(tmp_path, monkeypatch):
     """nbgrader's default exchange and the one the course's nbgrader_config.py names are hidden
     (every student's submission is there), unless a hidden folder already holds them."""
