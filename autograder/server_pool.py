@@ -215,21 +215,21 @@ def keep_limit() -> int:
 
 def _trim(keep: int) -> None:
     """Stop the idle servers that waited longest until at most ``keep`` are idle."""
-    with _lock:
-        idle = sorted((s for pool in _idle.values() for s in pool), key=lambda s: s.idle_since)
-        surplus = idle[:max(0, len(idle) - keep)]
-        _forget(surplus)
-    for server in surplus:
-        server.close()
+    _stop_idle_ones(lambda idle: idle[:max(0, len(idle) - keep)])
 
 
 def stop_idle(older_than_s: float) -> None:
     """Stop the servers idle for ``older_than_s`` seconds or more."""
     now = time.monotonic()
+    _stop_idle_ones(lambda idle: [s for s in idle if now - s.idle_since >= older_than_s])
+
+
+def _stop_idle_ones(pick) -> None:
+    """Stop the idle servers ``pick`` chooses from all of them, the longest idle first."""
     with _lock:
-        old = [s for pool in _idle.values() for s in pool if now - s.idle_since >= older_than_s]
-        _forget(old)
-    for server in old:
+        chosen = pick(sorted((s for pool in _idle.values() for s in pool), key=lambda s: s.idle_since))
+        _forget(chosen)
+    for server in chosen:
         server.close()
 
 

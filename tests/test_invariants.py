@@ -37,16 +37,20 @@ def _namespace(assignment: str, source: str) -> dict:
     return namespace
 
 
-def _changed(assignment: str, grade_id: str, *edits: tuple[str, str]) -> str:
+def _changed(assignment: str, grade_id: str, *edits: tuple[str | None, str]) -> str:
+    """The answer with each (old, new) made: ``old`` found once and replaced; None puts ``new`` at the
+    cell's top (a line the cell sets before its function, as a notebook left from trying it out)."""
     source = solution_answers(assignment)[grade_id]
     for old, new in edits:
+        if old is None:
+            source = new + source
+            continue
         assert source.count(old) == 1, f"{grade_id}: {old!r} is not once in the answer"
         source = source.replace(old, new)
     return source
 
 
-# (assignment, grade_id, edits, check, the answer's name, words the failure must say); a source given
-# whole (a str) instead of edits when one change to the text is not enough
+# (assignment, grade_id, edits, check, the answer's name, words the failure must say)
 CASES = {
     "a training step that sets the model's flag alone": (
         "07-training", "train-step", [("model.train()", "model.training = True")], "check_train_step", "train_step",
@@ -64,7 +68,8 @@ CASES = {
                                       "torch.randperm(len(ids) - block_size, generator=generator)[:batch_size]")],
         "check_get_batch", "get_batch", ["different starts fit (N - block_size)", "torch.randint"]),
     "positions sliced from a table of the notebook's": (
-        "06-transformer-lm", "position-embeddings", [("    positions = torch.arange(T, device=x.device)",
+        "06-transformer-lm", "position-embeddings", [(None, "all_positions = torch.arange(50)  # the lesson's max_len\n"),
+                                                     ("    positions = torch.arange(T, device=x.device)",
                                                       "    positions = all_positions[:T]")],
         "check_position_embeddings_hidden", "add_position_embeddings", ["reads `all_positions`"]),
     "a cache's offset kept on the module": (
@@ -90,10 +95,14 @@ CASES = {
                                                   "        self.lm.eval()\n        hidden = self.lm(ids)  # (B, T, C)")],
         "check_speaker_classifier", "SpeakerClassifier", ["left lm,", "in evaluation mode"]),
     "an MLP whose layers are named": (
-        "02-language-models", "mlp", [("        self.model = nn.Sequential(\n", "        self.model = nn.Sequential(OrderedDict(zip(('up', 'act', 'down'), (\n"),
+        "02-language-models", "mlp", [(None, "from collections import OrderedDict\n"),
+                                      ("        self.model = nn.Sequential(\n", "        self.model = nn.Sequential(OrderedDict(zip(('up', 'act', 'down'), (\n"),
                                       ("            nn.Linear(n_hidden, emb_dim),  # (..., n_hidden) -> (..., C)\n        )",
                                        "            nn.Linear(n_hidden, emb_dim),  # (..., n_hidden) -> (..., C)\n        ))))")],
         "check_mlp", "MLP", ["their parameters have other names"]),
+    "a module whose forward switches itself to evaluation": (
+        "02-language-models", "mlp", [("        return self.model(x)  # (..., C)", "        self.eval()\n        return self.model(x)")],
+        "check_mlp", "MLP", ["a call made in training mode", "left the module itself, model, model.0", "in evaluation mode"]),
     "a decay span replaced by 1 only when it is 0": (
         "07-training", "learning-rate", [("max(1, config.steps - 1 - config.warmup_steps)",
                                           "(config.steps - 1 - config.warmup_steps) or 1")],
@@ -109,19 +118,9 @@ CASES = {
 }
 
 
-def _source(name: str) -> str:
-    assignment, grade_id, edits = CASES[name][:3]
-    source = _changed(assignment, grade_id, *edits)
-    if name == "positions sliced from a table of the notebook's":
-        source = "all_positions = torch.arange(50)  # the lesson's max_len\n" + source
-    if name == "an MLP whose layers are named":
-        source = "from collections import OrderedDict\n" + source
-    return source
-
-
 def _run(name: str):
     assignment, grade_id, edits, check, obj, words = CASES[name]
-    namespace = _namespace(assignment, _source(name))
+    namespace = _namespace(assignment, _changed(assignment, grade_id, *edits))
     with pytest.raises(CheckFailed) as failure:
         REGISTRY[check](namespace[obj])
     missing = [w for w in words if w not in str(failure.value)]

@@ -21,7 +21,7 @@ exercise must also hold, and where it is checked:
   ``causal``'s second call on one token more); an attention module (lessons 03, 04, 09) gets one
   hidden case whose input has a position of exact zeros: :func:`with_zero_position`; a call leaves
   every sub-module's mode (training or evaluation) as the caller set it (``verdict.mode_changed``,
-  and the speaker classifier's check).
+  which the speaker classifier's check uses too).
 * **a function that changes a module in place** (a loader, ``modern_options``): the caller's model keeps
   its dtype (GPT-2's loader is handed a float32 checkpoint for a float64 model), and the parts it is
   not asked to change keep their weights (``modern_options``' check gives the block weights of its own

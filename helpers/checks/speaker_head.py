@@ -26,6 +26,7 @@ from helpers.checks.core import (
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import attempt, caught, raise_caught
 from helpers.checks.lora_known import small_lm
+from helpers.checks.verdict import mode_changed, mode_told
 
 __all__ = ["check_speaker_classifier"]
 
@@ -99,8 +100,9 @@ def _probe(cases):
                     except Exception as exc:  # noqa: BLE001
                         run["grads"] = f"{type(exc).__name__}: {exc}"[:500]
                     model.train()  # a call while the classifier trains: the mode is the caller's, before and after
+                    modes = {n: m.training for n, m in model.named_modules()}
                     attempt(model, ids, lengths_t.clone(), sizes=sizes)
-                    run["left_in_eval"] = [n or "the classifier" for n, m in model.named_modules() if not m.training][:4]
+                    run["mode_changed"] = mode_changed(model, modes)
             found.append(run)
         return {"runs": found}
 
@@ -196,12 +198,8 @@ def _judge(cases):
                     raise CheckFailed(f"{what}: the output is right, but no gradient reaches {name}: the features must stay "
                                       "in the graph (no .detach(), torch.no_grad() or .item()), or the model cannot be "
                                       "fine-tuned through them.")
-            if run.get("left_in_eval"):
-                raise CheckFailed(f"{what}: the output and its gradients are right, but a call made in training mode (the "
-                                  f"classifier and every layer set by model.train()) left {', '.join(run['left_in_eval'])} in "
-                                  "evaluation mode: forward changes the mode of the caller's model, so dropout is off while "
-                                  "the classifier trains. Is there an .eval() (or .train(False)) in forward? The mode is the "
-                                  "caller's to set.")
+            if run.get("mode_changed"):
+                raise CheckFailed(mode_told(what, run["mode_changed"], came_in_training=True))
         return ("SpeakerClassifier: the last real position or the mean of the real positions, as pooling says; padding "
                 "never counts; the head's outputs and the gradients match the reference; a call leaves the mode as it was.")
 

@@ -53,7 +53,7 @@ def run_module(module, x: torch.Tensor, sizes: dict, batched: bool) -> dict:
     finally:
         for hook in hooks:
             hook.remove()
-    run["mode_changed"] = mode_changed(module, modes)
+    run["mode_changed"], run["came_in_training"] = mode_changed(module, modes), modes[""]
     run["uncalled"] = _unused_children(module, x, [n for n, m in module.named_children()
                                                    if n not in called and any(True for _ in m.parameters())])
     if "out" in run:
@@ -92,11 +92,14 @@ def mode_changed(module, modes: dict[str, bool]) -> list[str]:
     return [n or "the module itself" for n, m in module.named_modules() if n in modes and m.training != modes[n]][:4]
 
 
-def mode_told(what: str, changed: list[str]) -> str:
-    """The message for a call that changed its module's mode (``mode_changed``)."""
-    return (f"{what}: the output is right, but the call changed the mode of {', '.join(changed)} (training <-> "
-            "evaluation): the mode is the caller's, set with model.train() or model.eval() (dropout reads it). Does "
-            "forward call .eval() or .train()?")
+def mode_told(what: str, changed: list[str], came_in_training: bool) -> str:
+    """The message for a call that changed its module's mode (``mode_changed``; ``came_in_training``: the
+    module's own flag before the call)."""
+    came, left = ("training", "evaluation") if came_in_training else ("evaluation", "training")
+    return (f"{what}: the output is right, but a call made in {came} mode (set on every layer by "
+            f"model.{'train' if came_in_training else 'eval'}()) "
+            f"left {', '.join(changed)} in {left} mode: forward changes the mode of the caller's model (dropout reads "
+            "it). Is there an .eval() or .train() in forward? The mode is the caller's to set.")
 
 
 INPUT_GRAD = "(input)"
@@ -364,7 +367,7 @@ def _judge_output(run: dict, expected: torch.Tensor, diagnosis: dict, *, variant
         if reference is not None and inputs and "grads" in run:
             judge_gradients(run["grads"], reference, inputs[0], what, diagnosis["dtype"], gradient_hint)
         if run.get("mode_changed"):
-            raise CheckFailed(mode_told(what, run["mode_changed"]))
+            raise CheckFailed(mode_told(what, run["mode_changed"], run.get("came_in_training", True)))
         return
     if rule == "rule_nonfinite":
         leaked = None  # inf - inf and 0 * inf move with any token: not evidence of a leak

@@ -85,9 +85,7 @@ def _bound(tree: ast.AST) -> set[str]:
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            names.update(a.arg for a in (*node.args.args, *node.args.kwonlyargs, *node.args.posonlyargs)) \
-                if not isinstance(node, ast.ClassDef) else None
+            names.add(node.name)  # an inner function's arguments are ast.arg nodes, below
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.arg):

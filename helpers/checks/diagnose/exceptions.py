@@ -208,15 +208,14 @@ def _axis_too_many(described: list[str]) -> list[str]:
     for name, letters in shapes:
         if any(len(other) >= len(letters) for n, other in shapes if n != name) and len(letters) > 2:
             continue
-        shape = (name, letters)
         named = [a for a in letters if a and not a.isdigit()]
         twice = next((a for a in named if named.count(a) > 1 and a in ("B", "nh", "n_kv")), None)  # T, C: (T, T), (C, C) are fine
         if twice and len(letters) == 2:  # (B, B): two axes, as a (T, T) mask has, each the size of the wrong one
-            return [f"{shape[0]} is ({twice}, {twice}): both of its sizes are {twice}'s. Was a size read from the "
+            return [f"{name} is ({twice}, {twice}): both of its sizes are {twice}'s. Was a size read from the "
                     f"{twice} axis (x.shape[0] of a batch, say) where another was meant?"]
         if twice or (len(letters) > 2 and letters[0] == "1" and letters[1] == "B"):
             what = f"{twice} twice" if twice else "a 1 in front of the batch axis B"
-            return [f"{shape[0]} has {len(letters)} axes, ({', '.join(letters)}), with {what}: one axis more than "
+            return [f"{name} has {len(letters)} axes, ({', '.join(letters)}), with {what}: one axis more than "
                     "it should have. Was an axis added (unsqueeze, [None]) to a tensor that already had it, or did two "
                     "tensors with different numbers of axes broadcast into this one?"]
     return []

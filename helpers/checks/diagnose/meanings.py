@@ -4,6 +4,7 @@ weight that fits transposed, a dim counted from the front) says so in its Findin
 
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -276,9 +277,7 @@ def _one_size_other(asked: list[int], total: int, sizes) -> str:
         return ""
     found = []
     for i, size in enumerate(asked):
-        rest = 1
-        for j, other in enumerate(asked):
-            rest *= other if j != i else 1
+        rest = math.prod(asked[:i] + asked[i + 1:])
         if rest and total % rest == 0 and total // rest != size:
             held, asked_letter = _letter(total // rest, sizes), _letter(size, sizes)
             if held and asked_letter and held != asked_letter:
