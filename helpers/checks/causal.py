@@ -11,6 +11,7 @@ determinism, batch mixing), a leak from the future, attention's classic mistakes
 
 from __future__ import annotations
 
+import functools
 import math
 from contextlib import contextmanager
 
@@ -94,13 +95,21 @@ KEPT = ("the layer keeps something from its first call (a mask or table built on
         "largest T and slice it)")
 
 
+@functools.lru_cache(maxsize=16)
+def _future(T: int) -> torch.Tensor:
+    """(T, T) True where key j > query i (made once per T: a search calls ``attend`` hundreds of times;
+    never written to)."""
+    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+
+
 def attend(q, k, v, *, scale, mask="causal", dim=-1, transposed=False, softmaxes=1):
     """Attention, q, k, v (..., T, hs) -> (..., T, hs), under a named mistake (float64)."""
     T = q.shape[-2]
-    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    hidden = {"causal": future, "inverted": future.T, "diagonal": future | torch.eye(T, dtype=torch.bool)}
+    future = _future(T)
+    hidden = (future if mask == "causal" else future.T if mask == "inverted"
+              else future | torch.eye(T, dtype=torch.bool) if mask == "diagonal" else future & ~future)
     scores = (k @ q.transpose(-2, -1) if transposed else q @ k.transpose(-2, -1)) * scale  # (..., T, T)
-    weights = scores.masked_fill(hidden.get(mask, future & ~future), float("-inf"))
+    weights = scores.masked_fill(hidden, float("-inf"))
     for _ in range(softmaxes):  # two: the weights put through a softmax again
         weights = torch.softmax(weights, dim=dim)
     return (weights.masked_fill(future, 0.0) if mask == "after" else weights) @ v
@@ -160,13 +169,13 @@ def fitted_scale(run, got, *, C: int, T: int, hs: int) -> dict[str, torch.Tensor
         out = outputs.setdefault(log_scale, run(scale=math.exp(log_scale)))
         return float((out - g).abs().max()) if out.shape == g.shape else math.inf
 
-    lo, hi, n = math.log(1e-4), math.log(100.0), 120
+    lo, hi, n = math.log(1e-4), math.log(100.0), 60  # neighbouring scales 1.26 apart
     grid = [lo + (hi - lo) * i / n for i in range(n + 1)]
     best = min(range(n + 1), key=lambda i: gap(grid[i]))
     a, b = grid[max(best - 1, 0)], grid[min(best + 1, n)]
     ratio = (math.sqrt(5) - 1) / 2
     c, d = b - ratio * (b - a), a + ratio * (b - a)
-    for _ in range(80):  # golden section: each step keeps one of its two points and computes one new
+    for _ in range(50):  # golden section (the bracket shrinks 1e10-fold): each step keeps one of its two points and computes one new
         if gap(c) <= gap(d):
             b, d = d, c
             c = b - ratio * (b - a)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import linecache
 import re
 import types
@@ -93,8 +94,10 @@ def _bound(tree: ast.AST) -> set[str]:
     return names
 
 
+@functools.lru_cache(maxsize=64)
 def _top_level(cell: str) -> dict[str, tuple[int, str]]:
-    """The names the cell's own top level assigns: their line and statement, as the cell counts them."""
+    """The names the cell's own top level assigns: their line and statement, as the cell counts them
+    (read once per cell: every check of every function the cell defines asks; callers only read it)."""
     try:
         tree = ast.parse(cell)
     except (SyntaxError, ValueError):
