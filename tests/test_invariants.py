@@ -115,6 +115,54 @@ CASES = {
     "a loader that converts the caller's model": (
         "10-gpt2", "load-gpt2", [("    C = model.config.emb_dim", "    model.float()\n    C = model.config.emb_dim")],
         "check_load_gpt2_hidden", "load_gpt2_state_dict", ["the model came in float64", "came back float32"]),
+    "a layer recognised by its exact type": (
+        "07-training", "param-groups", [("isinstance(m, nn.Linear)", "type(m) is nn.Linear")],
+        "check_param_groups_hidden", "param_groups", ["a subclass of nn.Linear (out, a Projection)", "type(m) is nn.Linear"]),
+    "the layers searched among the direct children": (
+        "07-training", "param-groups", [("model.modules() if isinstance(m, nn.Linear)", "model.children() if isinstance(m, nn.Linear)")],
+        "check_param_groups", "param_groups", ["model.children()"]),
+    "a target matched as the end of a name": (
+        "12-fine-tuning", "add-lora", [('name.rpartition(".")[2] in targets', "name.endswith(targets)")],
+        "check_add_lora_hidden", "add_lora", ["ends in 'output', but its last part is 'to_output'"]),
+    "modules walked one level deep": (
+        "12-fine-tuning", "add-lora", [("model.named_modules()", "model.named_children()")],
+        "check_add_lora", "add_lora", ["only the direct child was wrapped", "named_children()"]),
+    "an option compared by identity": (
+        "11-modern-block", "modern-options", [('    if config.norm == "rms":', '    if config.norm is "rms":')],
+        "check_modern_options", "modern_options", ['`config.norm is "rms"`', "Was `==` meant?"]),
+    "the group size passed as the key/value head count": (
+        "11-modern-block", "modern-options", [("config.n_heads, n_kv, base)", "config.n_heads, config.n_heads // n_kv, base)")],
+        "check_modern_options_hidden", "modern_options", ["which is n_heads // n_kv_heads"]),
+    "an estimate that reseeds the global generator": (
+        "07-training", "estimate-loss", [("generator = torch.Generator().manual_seed(seed)", "torch.manual_seed(seed)"),
+                                         ("get_batch(ids, batch_size, block_size, generator=generator)",
+                                          "get_batch(ids, batch_size, block_size)")],
+        "check_estimate_loss", "estimate_loss", ["reseeds PyTorch's global generator"]),
+    "an estimate in bits": (
+        "07-training", "estimate-loss", [("estimates[name] = total / n_batches", "estimates[name] = total / n_batches / math.log(2)")],
+        "check_estimate_loss", "estimate_loss", ["divided by ln 2"]),
+    "a training step that reseeds": (
+        "07-training", "train-step", [("    model.train()", "    torch.manual_seed(0)\n    model.train()")],
+        "check_train_step", "train_step", ["reseeds PyTorch's global generator"]),
+    "a greedy branch that samples at a tiny temperature": (
+        "08-generation", "sample-next", [("        return logits.argmax(dim=-1)  # () or (N,)", "        temperature = 1e-6")],
+        "check_sample_next", "sample_next", ["it drew from the generator"]),
+    "a greedy branch that returns the values": (
+        "08-generation", "sample-next", [("return logits.argmax(dim=-1)", "return logits.max(dim=-1)[0]")],
+        "check_sample_next", "sample_next", ["the largest logit itself, not its id"]),
+    "generation restarted from the generator's seed": (
+        "09-fast-generation", "generate-cached", [("    was_training = model.training\n",
+                                                   "    if generator is not None:\n"
+                                                   "        generator = torch.Generator().manual_seed(generator.initial_seed())\n"
+                                                   "    was_training = model.training\n")],
+        "check_generate_cached", "generate_cached", ["those of a new generator seeded the same"]),
+    "dropout on the embeddings": (
+        "06-transformer-lm", "transformer-lm", [("        for layer in self.layers:",
+                                                 "        x = F.dropout(x, 0.5, self.training)\n        for layer in self.layers:")],
+        "check_transformer_lm", "TransformerLM", ["with no layers gives other logits in training mode"]),
+    "a bool negated with ~": (
+        "01-tokens-and-embeddings", "parameter-count", [("0 if tie_weights else n_vocab * emb_dim", "n_vocab * emb_dim if ~tie_weights else 0")],
+        "check_parameter_count", "embedding_and_head_parameters", ["Was `not tie_weights` meant?"]),
 }
 
 

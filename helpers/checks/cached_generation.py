@@ -55,6 +55,13 @@ GEN_HIDDEN_CASES = [
 ]
 
 
+def _used_generator(seed: int) -> torch.Generator:
+    """A generator seeded with ``seed`` that has already given 5 numbers (as one that generated before)."""
+    generator = torch.Generator().manual_seed(seed)
+    torch.rand(5, generator=generator)
+    return generator
+
+
 def _prompt(shape, seed):
     return torch.randint(0, CONFIG["n_vocab"], shape, generator=torch.Generator().manual_seed(seed))
 
@@ -88,6 +95,11 @@ def _probe_generate(cases):
                         model.train(training)  # the same seed again: the same ids?
                         run["again"] = generate_cached(model, _prompt(shape, seed), n, **options,
                                                        generator=torch.Generator().manual_seed(seed))
+                        if temperature > 0:  # a generator already used: generation goes on from its state
+                            used = _used_generator(seed)
+                            model.train(training)
+                            run["used"] = generate_cached(model, _prompt(shape, seed), n, **options, generator=used)
+                            run["used_state"] = used.get_state()
                     runs.append(run)
                 except Exception as exc:  # noqa: BLE001 - the judge explains the error
                     runs.append({**caught(exc, sizes), "steps": list(steps)})
@@ -137,7 +149,9 @@ def _mistaken(model, ids, n, options, flavour):
                 logits, caches = known_good_forward_cached(model, ids[:, -1:], caches, position)
                 computed += 1
             last = logits[:, 0 if flavour == "first" else -1]
-            next_ids = last.argmax(dim=-1) if flavour == "greedy" else sampling.sample_next(last, **options)
+            next_ids = (last.argmax(dim=-1) if flavour == "greedy" else
+                        sampling.sample_next(logits, **options)[:, -1] if flavour == "every-position" else
+                        sampling.sample_next(last, **options))
             ids = torch.cat([ids, next_ids.unsqueeze(1)], dim=1)
     return ids, computed
 
@@ -221,6 +235,10 @@ def _judge_generate(cases):
                                            f"{o} = {options[o]}: was {o} passed on to sample_next?"))
                                          for o in ("top_k", "top_p", "temperature")
                                          if options.get(o) is not None and options.get(o) != 1.0),
+                                       ("every-position", "a token was drawn for every position of the logits, "
+                                        "sample_next(logits, ...) kept at [:, -1]: the draws for the other positions "
+                                        "use up the generator's numbers, so the last position's draw is not lesson 08's. "
+                                        "Hand sample_next the last position's logits alone, logits[:, -1, :]"),
                                        ("head", "past max_len the window run from scratch was the first max_len "
                                         "tokens, ids[:, :max_len], not the last: the next token follows the "
                                         "end of the text, ids[:, -max_len:]")):
@@ -255,6 +273,24 @@ def _judge_generate(cases):
                 raise CheckFailed(f"{what}: the ids are right, but the model computed {computed} positions where a "
                                   f"cache needs {allowed}: you re-ran the whole window at every step. While the text "
                                   "fits in max_len, give forward_cached the newest token alone, with the caches.")
+            if "used" in run:
+                used = _used_generator(seed)
+                want_used = sampling.generate(model, prompt, n, **options, generator=used)
+                got_used, state = run.get("used"), run.get("used_state")
+                if isinstance(got_used, torch.Tensor) and isinstance(state, torch.Tensor) and (
+                        not torch.equal(got_used.long(), want_used) or not torch.equal(state, used.get_state())):
+                    fresh = torch.equal(got_used.long(), expected)
+                    raise CheckFailed(
+                        f"{what}, with a generator seeded with {seed} that had already given 5 numbers: "
+                        + ("the ids are those of a new generator seeded the same, not of the one given: is a new "
+                           "generator made from its seed (generator.initial_seed())? Draw with the generator given, "
+                           "from the state it is in, as lesson 08's generate does" if fresh else
+                           "the ids differ from lesson 08's generate with that generator" if not torch.equal(
+                               got_used.long(), want_used) else
+                           "the ids are right, but the generator given did not move on as lesson 08's generate moves "
+                           "it: is the sampling done with a copy? Draw with the generator given")
+                        + (", and the caller's generator did not move on" if fresh and not torch.equal(
+                            state, used.get_state()) else "") + ".")
             if run.get("training") != training:
                 raise CheckFailed(f"{what}: the model was left in {'training' if run.get('training') else 'evaluation'} "
                                   "mode: put it back in the mode it was in (model.train(was_training)).")

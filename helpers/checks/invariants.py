@@ -30,11 +30,22 @@ exercise must also hold, and where it is checked:
   itself): the generator is its only randomness, so PyTorch's global generator is where it was
   after the call: :func:`rng_watch` on the probe's side, :func:`judge_rng` on the judge's; and
   handed none, it draws from the global generator as the caller seeded it: :func:`unseeded_calls`,
-  :func:`judge_unseeded`.
+  :func:`judge_unseeded`. A generator is drawn from in the state it is in: ``get_batch`` gives
+  other batches on later calls with one generator, ``generate_cached`` is handed one that has
+  already given numbers, and greedy ``sample_next`` draws nothing from it.
+* **a function that must not draw at all** (``estimate_loss``, a training step on a model without
+  dropout): PyTorch's global generator is untouched; one that moves it is told whether it reseeds it
+  (two calls from two states end in one) or draws from it.
 * **a training step**: it may be handed a model whose parameters already hold gradients (a
   backward() of the caller's, an accumulation): :func:`stale_gradients`; and a model in evaluation
   mode, which it must put in training mode, every layer of it (``training_replay.TinyLM`` records
   whether the flag was set on the model alone).
+* **a model's randomness in training mode** (``TransformerLM``): dropout acts inside the blocks
+  only, so the model with no layers gives the same logits in both modes.
+* **names and kinds**: a layer of a subclass of nn.Linear is an nn.Linear (``param_groups``); a
+  target names a layer's whole last name, not its end (``add_lora``); a model's layers are
+  searched through the whole tree (both); a config's option read at run time is an equal string,
+  not the same object (``modern_options``).
 * **sizes past the lesson's own**: a sequence longer than a table built for the lesson's sizes (the
   position embeddings), a list as long as a text (``count_pairs``): a value kept from trying the
   function out (a global, a slice) fails there, and ``code_notes_names`` says which name it read.

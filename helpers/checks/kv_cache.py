@@ -17,6 +17,7 @@ out in ``kv_cache_known``, and ``tests/test_lesson09.py`` checks that it agrees 
 from __future__ import annotations
 
 import math
+import re
 from functools import partial
 
 import torch
@@ -152,15 +153,26 @@ def _returned_problem(returned, given) -> str | None:
     return None
 
 
-def call_error(what: str, run: dict, chunks) -> None:
+def call_error(what: str, run: dict, chunks, heads: tuple[int, int] | None = None) -> None:
     """Judge side: fail for a call that raised or returned what cannot be used, with what the probe
-    established about it."""
+    established about it; ``heads``: (nh, n_kv) of a grouped-query layer."""
     step, hint = run["step"], ""
+    clash = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton "
+                      r"dimension 1", str(run.get("error", "")))
+    if heads and clash:
+        nh, n_kv = heads
+        sizes = {int(clash.group(1)), int(clash.group(2))}
+        if nh in sizes and n_kv * n_kv in sizes and n_kv * n_kv != nh:
+            hint = (f" The heads met at dimension 1 are the {nh} query heads and {n_kv * n_kv} = n_kv × n_kv key/value "
+                    f"heads: were the {n_kv} key/value heads each repeated n_kv = {n_kv} times? Each serves a group of "
+                    f"nh // n_kv = {nh // n_kv} query heads, so it is repeated nh // n_kv times.")
     if "returned" in run:
         raise CheckFailed(f"{what}: call {step + 1} (T_new = {chunks[step]}) {run['returned']}. forward returns "
                           "(output, (k, v)), where k and v hold the keys and values of every position so far: the "
                           "cache it was given (none on the first call) with this call's appended along the time axis.")
-    if step and "Sizes of tensors must match except in dimension" in str(run.get("error")):
+    if hint:
+        pass
+    elif step and "Sizes of tensors must match except in dimension" in str(run.get("error")):
         hint = f" {CAT_HINT}"
     elif step:
         hint = (f" The first call{'s' if step > 1 else ''} (the first without a cache) ran: the error comes from "
@@ -255,7 +267,7 @@ def _judge(with_kv: bool, name: str, cases):
                                       f"T_past + T_new, hs).{extra}")
             sizes = {**case_legend(case), "T": x.shape[1]}
             if stopped(run):
-                call_error(what, run, chunks)
+                call_error(what, run, chunks, (nh, n_kv) if with_kv else None)
             output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
             got = torch.cat(run["outs"], dim=1)
             if not close(expected, got, tol, tol):

@@ -114,7 +114,9 @@ def _probe_lora(cases):
                 run = {"built": True, "params": params, "base_kept": kept is base,
                        "base_same": isinstance(kept, nn.Linear) and kept.weight.shape == weight.shape
                        and torch.equal(kept.weight.detach(), weight),
-                       "scale": getattr(lora, "scale", None) if isinstance(getattr(lora, "scale", None), (int, float)) else None}
+                       "scale": getattr(lora, "scale", None) if isinstance(getattr(lora, "scale", None), (int, float)) else None,
+                       # a module's requires_grad set as a plain attribute (its parameters untouched)
+                       "flag_on_module": isinstance(kept, nn.Module) and "requires_grad" in vars(kept)}
                 for name in ("lora_A", "lora_B"):
                     p = getattr(lora, name, None)
                     if isinstance(p, torch.Tensor):
@@ -188,8 +190,11 @@ def _judge_start(case, run, what) -> None:
     trains = {n: p.get("trains") for n, p in params.items() if isinstance(p, dict)}
     frozen_wrong = [n for n in want if n.startswith("base.") and trains.get(n) is not False]
     if frozen_wrong:
+        flag = (" The base module has an attribute requires_grad of its own: `module.requires_grad = False` only "
+                "sets an attribute on the module, and its parameters keep requires_grad True; the method "
+                "requires_grad_(False) (or each parameter's requires_grad) freezes them." if run.get("flag_on_module") else "")
         raise CheckFailed(f"{what}: {' and '.join(frozen_wrong)} still require gradients: the base layer is frozen "
-                          "(requires_grad False), only lora_A and lora_B train.")
+                          f"(requires_grad False), only lora_A and lora_B train.{flag}")
     stuck = [n for n in ("lora_A", "lora_B") if trains.get(n) is not True]
     if stuck:
         raise CheckFailed(f"{what}: {' and '.join(stuck)} {'do' if len(stuck) > 1 else 'does'} not require gradients: "

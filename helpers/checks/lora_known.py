@@ -21,7 +21,7 @@ from torch import nn
 
 from helpers.reference import transformer_lm
 
-__all__ = ["LoRALinear", "adapter_values", "known_good_lora", "small_lm", "wrap_known_good"]
+__all__ = ["LoRALinear", "adapter_values", "known_good_lora", "shallow_wrapped", "small_lm", "wrap_known_good"]
 
 
 class LoRALinear(nn.Module):
@@ -94,3 +94,19 @@ def wrap_known_good(model: nn.Module, names: list[str], r: int, alpha: float, se
             lora.lora_B.copy_(B)
         setattr(owner, child, lora)
     return model
+
+
+def shallow_wrapped(add_lora) -> list[str] | None:
+    """Probe side: which of two maps named query, one a direct child of the model and one inside a
+    block, ``add_lora`` wraps (a walk of the direct children alone finds the first only); None when
+    it raises."""
+    model = nn.Module()
+    model.query = nn.Linear(4, 3)
+    model.block = nn.Module()
+    model.block.query = nn.Linear(4, 3)
+    try:
+        with known_good_lora(add_lora):
+            add_lora(model, ("query",), 2, 2.0)
+    except Exception:  # noqa: BLE001 - the checks' own cases say what the error means
+        return None
+    return sorted(n for n, m in model.named_modules() if isinstance(m, LoRALinear))

@@ -21,6 +21,8 @@ def weight_variants(W, A, B, r, alpha) -> dict[str, torch.Tensor]:
         "the scaled B @ A is subtracted from W; it is added": W - s * BA,
         "the scaled B @ A is added twice": W + 2 * s * BA,
         "the merged weight is the scaled B @ A alone: W + (alpha / r) B @ A keeps W": s * BA,
+        f"the scale alpha / r = {s:g} multiplies W instead of B @ A (torch.addmm(W, B, A, beta=scale) computes "
+        "beta × W + B @ A; its alpha= scales the product)": s * W + BA,
     }
 
 

@@ -31,6 +31,7 @@ from helpers.checks.lora_known import (
     LoRALinear,
     adapter_values,
     known_good_lora,
+    shallow_wrapped,
     small_lm,
     wrap_known_good,
 )
@@ -45,7 +46,8 @@ ADD_HIDDEN_CASES = [(162, 9, 12, 3, 2, 3, 16, 6, ("key", "query", "to_output"), 
                     (163, 7, 8, 2, 3, 1, 12, 3, ("value",), 4, 2.0, True),
                     (164, 9, 10, 2, 3, 2, 14, 4, ("0",), 2, 3.0, False),  # the MLPs' first maps: layers.i.mlp.model.0
                     (165, 11, 12, 2, 4, 2, 20, 5, ("lm_head", "value"), 2, 4.0, False),  # a map of the model itself
-                    (166, 9, 10, 2, 3, 2, 14, 4, ("queries",), 2, 3.0, False)]  # no map of that name: all frozen
+                    (166, 9, 10, 2, 3, 2, 14, 4, ("queries",), 2, 3.0, False),  # no map of that name: all frozen
+                    (167, 9, 10, 2, 3, 2, 14, 4, ("output", "value"), 2, 3.0, False)]  # the end of to_output, not its name
 MERGE_CASES = [(170, 11, 12, 2, 4, 2, 20, 5, ("query", "value"), 3, 4.5, True),
                (171, 13, 10, 2, 3, 2, 14, 4, ("to_output", "key"), 4, 2.0, False)]
 MERGE_HIDDEN_CASES = [(172, 9, 12, 3, 2, 3, 16, 6, ("value",), 1, 2.5, True),
@@ -125,7 +127,7 @@ def _probe_add(cases):
             except Exception as exc:  # noqa: BLE001
                 run.update(caught(exc))
             found.append(run)
-        return {"runs": found}
+        return {"runs": found, "shallow": shallow_wrapped(add_lora)}
 
     return probe
 
@@ -146,7 +148,12 @@ def _judge_add(cases):
             missing, extra = [n for n in want if n not in wrapped], [n for n in wrapped if n not in want]
             if missing or extra:
                 told = []
-                if missing and not wrapped:
+                if missing and not wrapped and data.get("shallow") == ["query"]:
+                    told.append("nothing was wrapped here, where every target is nested inside a block; on a model with "
+                                "a map named query as its direct child and another inside a block, only the direct "
+                                "child was wrapped: the search walks the model's direct children only "
+                                "(named_children()). named_modules() walks the whole tree, blocks included")
+                elif missing and not wrapped:
                     told.append(f"nothing was wrapped. Does the test that picks a module ever hold? A module is chosen "
                                 f"when the last part of its name, after the last dot, is one of targets ('{want[0].rsplit('.', 1)[-1]}' "
                                 f"in {want[0]}: name.rsplit('.', 1)[-1]), not its first part or its whole name")
@@ -158,9 +165,15 @@ def _judge_add(cases):
                     told.append(f"LoRALinear layers were set where the model had no layer: {', '.join(astray)}, while "
                                 "the layers they wrap stay where they were (setattr on the layer's parent module, "
                                 "model.get_submodule of the name before the last dot, puts them in their place)")
-                if [n for n in extra if n not in astray]:
-                    told.append(f"wrapped although targets do not name them: {', '.join(n for n in extra if n not in astray)} "
-                                "(a module is chosen when the last part of its name, after the last dot, is one of targets)")
+                stray = [n for n in extra if n not in astray]
+                if stray:
+                    ends = [(n, t) for n in stray for t in targets if n.endswith(t) and n.rsplit(".", 1)[-1] != t][:1]
+                    why = (f": {ends[0][0]} ends in '{ends[0][1]}', but its last part is "
+                           f"'{ends[0][0].rsplit('.', 1)[-1]}'. Is the name matched with endswith? A target names a "
+                           "layer's whole last part" if ends and all(any(n.endswith(t) for t in targets) for n in stray)
+                           else "")
+                    told.append(f"wrapped although targets do not name them: {', '.join(stray)} "
+                                f"(a module is chosen when the last part of its name, after the last dot, is one of targets){why}")
                 raise CheckFailed(f"{what} should wrap {', '.join(want)}; {'; '.join(told)}.")
             for name, facts in wrapped.items():
                 facts = need(facts, dict)

@@ -117,6 +117,9 @@ def rms_variants(x: torch.Tensor, w: torch.Tensor, eps: float) -> dict[str, torc
         "you multiplied by the root mean square instead of dividing by it": x * torch.sqrt(ms + eps) * w,
         "you averaged the absolute values, mean(|x|), where RMSNorm averages the squares": x * torch.rsqrt(x.abs().mean(-1, keepdim=True) + eps) * w,
         "the learned scale weight is not applied": x * torch.rsqrt(ms + eps),
+        "the scale is applied as (1 + weight), Gemma's convention (its stored weight is the offset from 1): here, "
+        "as in Llama, the weight is the scale itself (it starts at ones), x / rms * weight":
+            x * torch.rsqrt(ms + eps) * (1 + w),
         "eps is missing: divide by sqrt(mean(x^2) + eps); the eps keeps a position of near-zero features "
         "from a division by almost nothing": x * torch.rsqrt(ms) * w,
     }
@@ -227,6 +230,9 @@ def swiglu_variants(x, w) -> dict[str, torch.Tensor]:
         "the SiLU is applied after the product, silu(gate(x) * up(x)); it belongs on gate(x) alone": F.silu(gate * up) @ down,
         "the two branches are added, silu(gate(x)) + up(x); SwiGLU multiplies them": (F.silu(gate) + up) @ down,
         "up's branch is missing: down(silu(gate(x))) is lesson 02's MLP with a SiLU": F.silu(gate) @ down,
+        **{f"the gate goes through {name}, not SiLU (F.silu, z * sigmoid(z))": (f(gate) * up) @ down
+           for name, f in (("SELU (F.selu)", F.selu), ("ELU (F.elu)", F.elu), ("tanh", torch.tanh),
+                           ("Softplus (F.softplus)", F.softplus), ("Mish (F.mish)", F.mish))},
     }
 
 

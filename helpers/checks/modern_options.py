@@ -11,6 +11,8 @@ student's output (or the parameters' names and shapes show it).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from helpers.checks.core import (
@@ -51,7 +53,9 @@ def _option_config(case):
         return transformer_lm.Config(emb_dim=C, n_hidden=H, head_dim=C // nh, n_heads=nh)
     if modern == "gqa":
         return transformer_lm.Config(emb_dim=C, n_hidden=H, head_dim=C // nh, n_heads=nh, n_kv_heads=n_kv)
-    return llama_config(29, C, 1, nh, n_kv, H, norm_eps=eps, rope_base=base)
+    config = llama_config(29, C, 1, nh, n_kv, H, norm_eps=eps, rope_base=base)
+    # the options as a program that read them from a file holds them: equal strings, other objects than the literals
+    return dataclasses.replace(config, **{k: "".join(list(getattr(config, k))) for k in ("norm", "mlp", "positions")})
 
 
 def _option_text(case) -> str:
@@ -211,6 +215,10 @@ def _layout_told(got: dict, want: dict, case, run: dict) -> str:
         elif run.get("n_kv") == nh:
             found.append(f"RotaryGroupedAttention was built with {nh} key/value heads, as many as query heads, where "
                          f"config.n_kv_heads = {n_kv}: pass it")
+        elif run.get("n_kv") == nh // (n_kv or nh) != n_kv:
+            found.append(f"RotaryGroupedAttention was built with {run.get('n_kv')} key/value heads (attention.key.weight "
+                         f"{tuple(key)}), which is n_heads // n_kv_heads = {nh} // {n_kv}, the query heads per group: its "
+                         f"argument is the number of key/value heads itself, config.n_kv_heads = {n_kv}")
         else:
             found.append(f"attention.key.weight has shape {tuple(key)}, expected {want['attention.key.weight']}")
     if any(n.startswith("attention.") and n.endswith(".bias") for n in got):

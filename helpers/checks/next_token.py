@@ -45,6 +45,9 @@ def shift_variants(ids: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Ten
         "the targets must be the ids one step later": (ids[..., :-1], ids[..., :-1]),
         "you used torch.roll: the last target wraps around to the first id, which does not follow "
         "the last one. Drop the last input and the first target instead": (ids, torch.roll(ids, -1, dims=-1)),
+        "the targets were made with roll(1): a positive shift moves every id one place *later* (and the last "
+        "wraps around to the front), so each target is the id before its input's: roll(-1) moves them earlier; "
+        "or slice, ids[..., 1:]": (ids[..., :-1], torch.roll(ids, 1, dims=-1)[..., :-1]),
         "you shifted by two positions": (ids[..., :-2], ids[..., 2:]),
         "the targets are the inputs plus one: the target is the id of the next token *in the text*, "
         "ids[..., t + 1], not the next number": (ids[..., :-1], ids[..., :-1] + 1),

@@ -50,6 +50,11 @@ ROPE_MISTAKES = {
     "pair 0 turning fastest",
     "cos-sin-swapped": "the cosine and the sine trade places: your values are (x1 sin - x2 cos, x1 cos + x2 sin); the "
     "rotation is (x1 cos - x2 sin, x1 sin + x2 cos). Were the two swapped where they are computed or unpacked?",
+    "index-minus-one": "pair i turns at the frequency of pair i - 1, base ** (-2(i - 1) / hs): the paper's "
+    "theta_i = base ** (-2(i - 1) / d) counts i from 1, and torch.arange counts from 0, so the - 1 is already in it; "
+    "pair 0 turns by base ** (2 / hs), more than a radian per position. With i from arange, base ** (-2i / hs)",
+    "index-plus-one": "pair i turns at the frequency of pair i + 1, base ** (-2(i + 1) / hs): pair 0 must turn by 1 "
+    "radian per position (base ** 0); is the index counted from 1 (arange(1, hs/2 + 1))?",
     "backwards": "every pair was turned by minus its angle: (x1, x2) becomes (x1 cos - x2 sin, x1 sin + x2 cos), "
     "the sine's signs as written there",
 }

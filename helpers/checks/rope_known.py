@@ -19,10 +19,12 @@ def known_good_rope(x, positions, base=10000.0, flavour="right", k=2.0):
     """RoPE in the lesson's convention (pair i turns by base ** (-k i / hs) per position); ``flavour``
     names a mistake instead: ``interleaved`` (pairs 2i, 2i+1), ``no-two`` (k = 1), ``ignores-positions``
     (0 ... T-1), ``growing`` (k = -2), ``backwards`` (turned by minus the angle), ``cos-sin-swapped``,
-    ``float32-angles`` (the angles computed in float32)."""
+    ``float32-angles`` (the angles computed in float32), ``index-minus-one`` / ``index-plus-one`` (pair i
+    at the frequency of pair i - 1 / i + 1: a formula's 1-based index used with a 0-based one)."""
     hs = x.shape[-1]
     half = hs // 2
-    exponent = (1 if flavour == "no-two" else -2 if flavour == "growing" else k) * torch.arange(half, dtype=torch.float64) / hs
+    index = torch.arange(half, dtype=torch.float64) + {"index-minus-one": -1, "index-plus-one": 1}.get(flavour, 0)
+    exponent = (1 if flavour == "no-two" else -2 if flavour == "growing" else k) * index / hs
     if flavour == "ignores-positions":
         positions = torch.arange(x.shape[-2])
     angles = positions.to(torch.float64).unsqueeze(-1) * base ** (-exponent)  # (T, hs/2)

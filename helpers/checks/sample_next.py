@@ -171,9 +171,13 @@ def _probe_sample(cases, greedy_rows):
             row = torch.tensor(cases[0][1], dtype=torch.float32).expand(UNSEEDED_ROWS, len(cases[0][1])).clone()
             unseeded = unseeded_calls(lambda: _call(sample_next, {"N": UNSEEDED_ROWS, "V": row.shape[1]}, row,
                                                     temperature=1.0, top_k=None, top_p=None), sample_next)
+            greedy_generator = torch.Generator().manual_seed(1)
+            state = greedy_generator.get_state()
+            batch = _call(sample_next, sizes, rows, temperature=0.0, **draw, generator=greedy_generator)
+            batch["drew"] = not torch.equal(state, greedy_generator.get_state())  # greedy draws nothing
             return {"runs": runs, "unseeded": unseeded, "greedy": {
                 "one": _call(sample_next, sizes, rows[0], temperature=0.0, **draw, generator=torch.Generator().manual_seed(1)),
-                "batch": _call(sample_next, sizes, rows, temperature=0.0, **draw, generator=torch.Generator().manual_seed(1)),
+                "batch": batch,
             }, "shapes": {k: _call(sample_next, sizes, v, temperature=1.0, **draw, generator=torch.Generator().manual_seed(2))
                           for k, v in shapes.items()}}
 
@@ -262,6 +266,12 @@ def _judge_greedy(rows, greedy, shapes) -> None:
     raise_caught(f"{what} on one row", greedy["one"], GREEDY_HINT)
     raise_caught(f"{what} on a batch", greedy["batch"], GREEDY_HINT)
     one = greedy["one"].get("out")
+    if isinstance(one, torch.Tensor) and one.numel() == 1 and one.is_floating_point() and float(one) == float(rows[0].max()) \
+            and float(one) != int(rows[0].argmax()):
+        raise CheckFailed(
+            f"{what} on one row of logits returned {float(one):g}, the largest logit itself, not its id "
+            f"{int(rows[0].argmax())}: torch.max(logits, dim=-1) returns (values, indices), and [0] (or .values) is "
+            "the values. Greedy returns the index: argmax(dim=-1), or max(...)[1].")
     if not isinstance(one, torch.Tensor) or one.numel() != 1 or int(one.reshape(-1)[0]) != int(rows[0].argmax()):
         raise CheckFailed(
             f"{what} on one row of logits returned {describe(one) if not isinstance(one, torch.Tensor) else one.tolist()}; "
@@ -283,6 +293,11 @@ def _judge_greedy(rows, greedy, shapes) -> None:
     if not isinstance(batch, torch.Tensor) or batch.shape != want.shape or not torch.equal(batch.long(), want):
         raise CheckFailed(f"{what} on a {tuple(rows.shape)} batch returned {describe(batch)} "
                           f"{batch.tolist() if isinstance(batch, torch.Tensor) else ''}; greedy picks {want.tolist()}.")
+    if greedy["batch"].get("drew") is True:
+        raise CheckFailed(f"{what} on a {tuple(rows.shape)} batch returned the right ids, but it drew from the generator "
+                          "(its state moved): greedy takes the argmax and draws nothing. Is temperature 0 replaced by a "
+                          "tiny one and then sampled? That uses up the generator's numbers, and logits tied for the "
+                          "largest (or closer than the tiny temperature can tell apart) are picked at random.")
     need(shapes, dict)
     for label, shape in (("one row", ()), ("a batch of one row", (1,))):
         raise_caught(f"sample_next on {label} (temperature 1)", shapes.get(label), SAMPLE_ERRORS)

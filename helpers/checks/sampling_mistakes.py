@@ -48,6 +48,9 @@ def temperature_variants(logits, t, expected):
         "you divided by the square root of the temperature: divide by the temperature itself": logits / math.sqrt(t),
         "you rounded the temperature to an integer (int(temperature)) before dividing": logits / int(t) if int(t) else logits * INF,
         "you returned the logits unchanged": logits,
+        "you raised the logits to the power 1 / temperature: that is the formula for probabilities, "
+        "p ** (1 / T) renormalised; on logits (their logarithms) it becomes a division, logits / temperature":
+            logits ** (1 / t),
     }
 
 
@@ -114,6 +117,10 @@ def top_p_variants(logits, p, expected):
         "comparison with p holds. Subtract each row's maximum before exp (torch.softmax does)":
             back((naive_sorted.cumsum(dim=-1) - naive_sorted) >= p, naive_order),
         "you removed nothing: every logit is returned unchanged": logits,
+        "the mass before each token was made by rolling the running sum one place (roll(1, dims=-1)): roll wraps "
+        "around, so the most likely token gets the whole row's sum, about 1, instead of 0, and is dropped. The "
+        "mass before a token is cumsum - probs (or the sum shifted with a 0 put in front)":
+            back(cum.roll(1, dims=-1) >= p),
         "you kept a token whose more likely tokens already add up to exactly p (a strict > where >= belongs): "
         "the fewest tokens whose mass is p or more stop at the token that brings the mass to p, so drop every "
         "token whose mass before it is >= p": back((cum - sorted_probs) > p),

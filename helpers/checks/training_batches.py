@@ -22,9 +22,6 @@ from helpers.checks.core import CheckFailed, describe, expect_callable, first_mi
 from helpers.checks.diagnose import case_sizes
 from helpers.checks.errors import caught, raise_caught
 
-# ---------------------------------------------------------------------------------------------
-# get_batch
-
 
 @dataclass(frozen=True)
 class Case:
@@ -311,6 +308,9 @@ def _judge(cases):
                     "global random numbers (a torch.Generator() made inside the function starts from the same "
                     "state every call). Pass generator=generator to torch.randint: None means the global one."
                 )
+            if len(many) >= 3 and case.n_starts ** case.B > 1000 and all(_same(many[0], m) for m in many[1:]):
+                raise CheckFailed(f"{what}: {len(many)} batches drawn one after the other with one generator are all the same batch: the generator does "
+                                  "not move on between calls, so a loop would train on one batch over and over. Is it reseeded (manual_seed) or copied?")
             if _same(first, other) and case.n_starts > 1:
                 raise CheckFailed(f"{what}: two generators seeded differently gave the same batch: the starts do not come "
                                   "from the generator.")

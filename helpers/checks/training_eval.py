@@ -15,6 +15,7 @@ Shape legend: B batch, T sequence length, V vocabulary size, C embedding size. N
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
@@ -103,13 +104,20 @@ def _call(function, case: Case) -> dict:
     seen: list[list[bool]] = []
     model.register_forward_pre_hook(lambda module, args: seen.append([module.training, torch.is_grad_enabled()]))
     kwargs = {} if case.eval_seed is None else {"seed": case.eval_seed}
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
     out = function(model, case.splits, case.n_batches, case.B, case.T, **kwargs)
+    after = torch.get_rng_state()
     plain = {str(k): _plain(v) for k, v in out.items()} if isinstance(out, dict) else {"__not_a_dict__": _plain(out)}
-    again = function(model_for(case), case.splits, case.n_batches, case.B, case.T, **kwargs)  # the same call again
+    torch.manual_seed(4321)  # the same call again, the global generator in another state
+    again = function(model_for(case), case.splits, case.n_batches, case.B, case.T, **kwargs)
+    # the global generator: untouched, set to one state whatever it was (reseeded), or drawn from
+    rng = ("kept" if torch.equal(before, after) else "reseeded" if torch.equal(after, torch.get_rng_state())
+           else "drawn")
     same = isinstance(out, dict) and isinstance(again, dict) and out.keys() == again.keys() and all(
         isinstance(out[k], float) and out[k] == again[k] for k in out)
     return {"out": plain, "forwards": seen, "modes_after": [m.training for m in model.modules()],
-            "grads": [n for n, p in model.named_parameters() if p.grad is not None], "same_again": same}
+            "grads": [n for n, p in model.named_parameters() if p.grad is not None], "same_again": same, "rng": rng}
 
 
 def _read(out):
@@ -164,6 +172,9 @@ def _variants(case: Case) -> dict[str, dict]:
         "seed one generator per split and let it run": _estimate(case, seeding="batch"),
         f"you ignored the seed argument (your batches are those of seed {DEFAULT_SEED}): seed the generator with seed":
             _estimate(case, seed=DEFAULT_SEED),
+        "every estimate is divided by ln 2 (bits per character, 1.443 × the loss): the estimate is the mean "
+        "cross-entropy in nats, as train_step's loss, so that the two can be compared":
+            {k: v / math.log(2) for k, v in _estimate(case).items()},
     }
 
 
@@ -213,6 +224,15 @@ def _form(what: str, case: Case, got, run: dict) -> str | None:
         return (f"{what}: two calls with the same model, splits and seed gave different estimates: your batches depend "
                 "on random numbers other than seed's. Cut every batch with the split's own generator, "
                 "get_batch(..., generator=generator), never the global one.")
+    if floats and run.get("rng") == "reseeded":
+        return (f"{what} reseeds PyTorch's global generator: after it, the global random state is the same whatever it "
+                "was before (two calls from two states), so whatever draws next (the next training batches, dropout, "
+                "an initialisation) repeats the same numbers after every evaluation. Make a generator of the split's "
+                "own, torch.Generator().manual_seed(seed), and pass it to get_batch: the global one stays untouched.")
+    if floats and run.get("rng") == "drawn":
+        return (f"{what} draws from PyTorch's global generator (its state changed, and differently from two starting "
+                "states), which nothing here should use: the model is measured in evaluation mode and every batch "
+                "comes from the split's own generator, get_batch(..., generator=generator).")
     if isinstance(out, dict) and "__not_a_dict__" in out:
         return (f"{what} returned {_words(out['__not_a_dict__'])}: return a dict with one Python float per split, "
                 "{name: mean loss}, with the names of splits as keys.")

@@ -43,18 +43,24 @@ STRANGER_WORDS = {
 }
 
 
+class Projection(nn.Linear):
+    """A layer of its own kind that is an nn.Linear (as PyTorch's nn.MultiheadAttention's out_proj, or a
+    layer a library subclasses to mark it): its weight is an nn.Linear's weight."""
+
+
 class Mixer(nn.Module):
     """A model of PyTorch's own layers: an embedding, a Linear with a bias, nn.LayerNorm, a bare
-    2-D parameter (not a Linear's weight) and a bare 1-D one, and a Linear used twice."""
+    2-D parameter (not a Linear's weight) and a bare 1-D one, and a Linear used twice; ``subclassed``:
+    the output layer is a ``Projection``."""
 
-    def __init__(self, V: int, C: int, bias: bool):
+    def __init__(self, V: int, C: int, bias: bool, subclassed: bool = False):
         super().__init__()
         self.embed = nn.Embedding(V, C)
         self.body = nn.Sequential(nn.Linear(C, 2 * C, bias=bias), nn.GELU(), nn.Linear(2 * C, C), nn.LayerNorm(C))
         self.shared = nn.Linear(C, C, bias=False)
         self.mixing = nn.Parameter(torch.zeros(C, C))  # (C, C): a matrix, but no Linear's weight
         self.gain = nn.Parameter(torch.ones(C))
-        self.out = nn.Linear(C, V)
+        self.out = (Projection if subclassed else nn.Linear)(C, V)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.shared(self.shared(self.body(self.embed(ids)) @ self.mixing)) * self.gain  # (B, T, C)
@@ -71,6 +77,7 @@ class Case:
     tied: bool = True
     bias: bool = False  # attention's biases (lm) or the first Linear's (mixer)
     frozen: tuple[str, ...] = ()  # parameters handed over with requires_grad=False (fine-tuning freezes some)
+    subclassed: bool = False  # (mixer) the output layer is of a subclass of nn.Linear
 
 
 CASES = [
@@ -81,7 +88,7 @@ CASES = [
 HIDDEN_CASES = [
     Case("mixer", V=6, C=4, weight_decay=0.3, bias=True),
     Case("lm", V=13, C=6, weight_decay=0.01, layers=3, tied=False),
-    Case("mixer", V=5, C=3, weight_decay=0.1, bias=False),
+    Case("mixer", V=5, C=3, weight_decay=0.1, bias=False, subclassed=True),
     Case("lm", V=8, C=4, weight_decay=0.1, layers=2, tied=True,
          frozen=("pos_to_embedding.weight", "layers.0.attention.query.weight", "layers.1.norm_before_mlp.bias")),
 ]
@@ -92,7 +99,7 @@ def model_for(case: Case) -> nn.Module:
     if case.kind == "bigram":
         return language_models.BareBonesLM(case.V, case.C)
     if case.kind == "mixer":
-        return Mixer(case.V, case.C, case.bias)
+        return Mixer(case.V, case.C, case.bias, case.subclassed)
     model = transformer_lm.TransformerLM(transformer_lm.Config(
         n_vocab=case.V, max_len=5, emb_dim=case.C, n_hidden=2 * case.C, head_dim=case.C // 2, n_heads=2,
         n_layers=case.layers, tie_weights=case.tied, attn_bias=case.bias))
@@ -176,8 +183,10 @@ def _rule(case: Case, name: str):
     """The groups of a classic rule, as data."""
     model = model_for(case)
     wd = case.weight_decay
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    tables = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    exact = name == "exact-type"  # a module is a layer only when its type is exactly nn.Linear (nn.Embedding)
+    walked = list(model.children()) if name == "children" else list(model.modules())  # the model's own layers only
+    linears = [m for m in walked if (type(m) is nn.Linear if exact else isinstance(m, nn.Linear))]
+    tables = {id(m.weight) for m in walked if (type(m) is nn.Embedding if exact else isinstance(m, nn.Embedding))}
     params = list(model.parameters())
     if name == "dim":
         decay = [p for p in params if p.dim() >= 2]
@@ -224,6 +233,12 @@ RULES = {
                "minus the decayed ones",
     "no-key": "the no-decay group has no 'weight_decay' key, so AdamW gives it its default, 0.01: write "
               "'weight_decay': 0.0 in it",
+    "children": "only the model's direct sub-modules were searched for layers (model.children()): the nn.Linear "
+                "layers inside its blocks (layers.0.attention.query, ...) are not decayed. model.modules() walks the "
+                "whole tree",
+    "exact-type": "a layer of a subclass of nn.Linear (out, a Projection) keeps its weight out of weight decay: is "
+                  "the layer recognised by its exact type (type(m) is nn.Linear)? A subclass of nn.Linear is an "
+                  "nn.Linear, and its weight is decayed: isinstance(m, nn.Linear) says so",
     "swapped": "the two values are swapped: the Linear weights get weight_decay 0.0 and everything else weight_decay",
 }
 
@@ -293,7 +308,7 @@ def _arguments(case: Case) -> str:
         shape = "lesson 02's bare-bones model (an embedding and its tied output layer)"
     else:
         shape = ("a model of nn.Embedding, nn.Linear (one used twice), nn.LayerNorm and two bare nn.Parameter "
-                 "(a matrix and a vector)")
+                 "(a matrix and a vector)" + (", its output layer of a subclass of nn.Linear" if case.subclassed else ""))
     return f"{shape}, weight_decay={case.weight_decay}"
 
 

@@ -131,6 +131,9 @@ def _variants(case) -> dict[str, list[float]]:
             schedule(after=lambda s: min_lr + 0.5 * (1 + math.cos(180 * min(1.0, (s - warmup) / decay))) * (lr - min_lr)),
         "a linear decay, not a cosine: use min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2":
             schedule(after=lambda s: lr - (lr - min_lr) * min(1.0, (s - warmup) / decay)),
+        f"the decay ends at 0.1 × lr = {0.1 * lr:g}, not at config.min_lr = {min_lr:g}: a floor of a tenth of the "
+        "peak (GPT-3's, nanoGPT's default min_lr) written in place of the config's own":
+            schedule(after=lambda s: _cos(lr, 0.1 * lr, min(1.0, (s - warmup) / decay))),
     }
     if steps - 1 - warmup < 0:  # a negative span: only a rule that replaces just 0 departs here
         variants["the span of the decay, steps - 1 - warmup_steps, is replaced by 1 only when it is 0 "

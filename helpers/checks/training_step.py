@@ -11,6 +11,8 @@ Shape legend: B batch, T sequence length, V vocabulary size, C embedding size. N
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 import torch.nn.functional as F
 
@@ -67,18 +69,23 @@ def _probe(cases):
         for case in cases:
             model, optimizer, batches = build(case)
             steps = []
-            for x, y in batches:
+            for i, (x, y) in enumerate(batches):
                 model.modes.clear()
+                torch.manual_seed(8000 + 17 * i)  # each step starts the global generator from another state
+                before = torch.get_rng_state()
                 try:
                     with case_sizes(_sizes(case)):
                         out = train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
                 except Exception as exc:  # noqa: BLE001 - the judge explains the error
                     steps.append(caught(exc, _sizes(case)))
                     break
+                after = torch.get_rng_state()
                 steps.append({
                     "returned": _returned(out),
                     "modes": list(model.modes),
                     "params": {name: p.detach().clone() for name, p in model.named_parameters()},
+                    # the model here has no dropout: a step draws nothing from the global generator
+                    "rng": "kept" if torch.equal(before, after) else hashlib.sha256(after.numpy().tobytes()).hexdigest(),
                 })
             runs.append({"steps": steps})
         return {"runs": runs}
@@ -176,7 +183,11 @@ def _update_pattern(case: Case, what: str, k: int, expected: list[dict], params:
                 scale = c * min(1.0, case.grad_clip / norm)  # what the student's clipping multiplied the gradient by
                 for label, value in (("its L2 norm to 1.0 (a number written out instead of grad_clip)", scale * norm - 1),
                                      ("its L1 norm (norm_type=1) instead of the L2 norm", scale * float(grad.abs().sum()) - case.grad_clip),
-                                     ("its largest entry (norm_type=inf) instead of the L2 norm", scale * float(grad.abs().max()) - case.grad_clip)):
+                                     ("its largest entry (norm_type=inf) instead of the L2 norm", scale * float(grad.abs().max()) - case.grad_clip),
+                                     ("the sum of the parameters' own gradient norms instead of the norm of all the "
+                                      "gradients together (the square root of the sum of their squares)",
+                                      scale * sum(float(p.grad.norm()) for p in model.parameters() if p.grad is not None)
+                                      - case.grad_clip)):
                     if abs(value) < 1e-6:
                         return f"{said}: the gradient was clipped by {label}; clip_grad_norm_(model.parameters(), grad_clip)."
                 return (f"{said}: after clipping, the gradient's norm is {scale * norm:.4g}; clip_grad_norm_ brings it to "
@@ -237,12 +248,31 @@ def _judge(cases):
                         raise CheckFailed(f"{what}, step {k + 1}: {label}.")
                 raise CheckFailed(_update_pattern(case, what, k, expected, params))
             need(steps, list, len(expected))
+            _judge_global_generator(what, steps)
         return (
             "train_step: " + "; ".join(c.label for c in cases)
             + ": every returned loss and every parameter after every step match the reference (float64)."
         )
 
     return judge
+
+
+def _judge_global_generator(what: str, steps: list) -> None:
+    """The stand-in model has no dropout: a step that still moves PyTorch's global generator reseeds it (two
+    steps, started from two states, leave the same state) or draws from it."""
+    after = [s.get("rng") for s in steps if isinstance(s, dict)]
+    moved = [a for a in after if isinstance(a, str) and a != "kept"]  # the state after, as a digest
+    if not moved:
+        return
+    if len(moved) >= 2 and len(set(moved)) == 1:
+        raise CheckFailed(f"{what}: the steps are right, but each one reseeds PyTorch's global generator: after every "
+                          "step its state is the same, whatever it was before (the steps started from different "
+                          "states). With dropout, every step would then draw the same masks, and the caller's random "
+                          "numbers start over after each step. Is torch.manual_seed called in the step? Seeding is the "
+                          "caller's, once, before training.")
+    raise CheckFailed(f"{what}: the steps are right, but they draw from PyTorch's global generator (its state moved) "
+                      "although this model has no dropout and a step has nothing to draw: is a random number taken "
+                      "(or the generator seeded) in the step?")
 
 
 def _judge_returned(case: Case, what: str, k: int, got: dict, expected: list[dict]) -> None:

@@ -155,12 +155,35 @@ def _probe_lm(cases):
                 run["steps"] = trace(model, ids, with_inputs=True)
                 run["ignored"] = unused_outputs(model, ids, depth=2)  # the model's own parts, not the blocks' insides
                 run["grads"] = gradients(model, ids)
+            run["no_layers"] = _no_layers_in_training(model_class, fields, dtype, ids)
             params = {name for name, _ in model.named_parameters(remove_duplicate=False)}
             run["saved"] = sorted(set(model.state_dict()) - params)  # buffers in checkpoints (after the calls)
             runs.append(run)
         return {"runs": runs}
 
     return probe
+
+
+def _no_layers_in_training(model_class, fields: dict, dtype, ids) -> str | None:
+    """The model with no layers and dropout 0.5: "same" when its output in training mode is its output
+    in evaluation mode (dropout acts on the sub-layers' outputs only, and there are none), "differs"
+    when not; None when it cannot be built or run (the other checks say why)."""
+    try:
+        bare = model_class(ProbeConfig(**{**fields, "n_layers": 0, "dropout": 0.5})).to(dtype)
+        with torch.no_grad():
+            measured = bare.eval()(ids)
+            torch.manual_seed(3)
+            trained = bare.train()(ids)
+    except Exception:  # noqa: BLE001 - a model of no layers the student's code cannot build: not this rule's
+        return None
+    if not isinstance(measured, torch.Tensor) or not isinstance(trained, torch.Tensor):
+        return None
+    return "same" if measured.shape == trained.shape and torch.equal(measured, trained) else "differs"
+
+
+def ref_no_layers_same(fields: dict, dtype, ids) -> bool:
+    """Judge side: the reference's model of no layers is the same in both modes (the rule holds here)."""
+    return _no_layers_in_training(ref.TransformerLM, fields, dtype, ids) == "same"
 
 
 def _lm_sizes(config, B: int, T: int) -> dict[str, int]:
@@ -283,6 +306,13 @@ def _judge_lm(cases):
             leak = first_leak(run["out"], run.get("leaks"), tol, what, noun="the logits")
             if leak:
                 raise CheckFailed(f"{what}: {leak}: the model must not see the future.")
+            if run.get("no_layers") == "differs" and ref_no_layers_same(fields, dtype, ids):
+                raise CheckFailed(
+                    f"TransformerLM({_config_text({**fields, 'n_layers': 0, 'dropout': 0.5})}): the same "
+                    "model with no layers gives other logits in training mode than in evaluation mode, so something "
+                    "outside the blocks is random in training: dropout acts on each sub-layer's output only (inside "
+                    "the blocks), and with no blocks nothing is dropped. Is dropout applied to the embeddings, or "
+                    "before the final norm or the head?")
         configs = "; ".join(f"{_config_text(c[1])} on ({c[3]}, {c[4]})" for c in cases)
         return (
             f"TransformerLM.forward: {configs}: logits match the reference, batched and unbatched, "

@@ -108,7 +108,9 @@ def _function_notes(fn: types.FunctionType) -> list[str]:
     stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     notes: list[str] = flow.kept_between_calls(tree, fn, where) + flow.built_in_forward(tree, fn, where)
     notes += python.alias_written_through(tree, _parameters(fn), where) + python.iterator_read_twice(tree, where)
-    notes += python.late_bound_functions(tree, where) + notebook_names(tree, fn, where)
+    notes += python.late_bound_functions(tree, where) + python.identity_with_literal(tree, where)
+    notes += python.invert_on_bool(tree, _bool_arguments(fn), where) + python.data_read(tree, where)
+    notes += notebook_names(tree, fn, where)
     notes += arguments_overwritten(tree, fn, where)
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr):
@@ -123,6 +125,15 @@ def _function_notes(fn: types.FunctionType) -> list[str]:
         elif isinstance(node, ast.Subscript):
             notes += calls.indices_taken(node, where)
     return notes
+
+
+def _bool_arguments(fn: types.FunctionType) -> set[str]:
+    """The arguments of ``fn`` whose default is True or False."""
+    code, defaults = fn.__code__, fn.__defaults__ or ()
+    positional = code.co_varnames[:code.co_argcount]
+    found = {name for name, value in zip(positional[len(positional) - len(defaults):], defaults, strict=True)
+             if isinstance(value, bool)}
+    return found | {name for name, value in (fn.__kwdefaults__ or {}).items() if isinstance(value, bool)}
 
 
 def _dropped(node: ast.Expr, fn, where: Where, stored: set[str]) -> list[str]:

@@ -163,3 +163,46 @@ def _kept_lambdas(statement: ast.stmt) -> list[ast.Lambda]:
         if isinstance(call.func, ast.Attribute) and call.func.attr in ("append", "insert", "add"):
             return [a for a in call.args if isinstance(a, ast.Lambda)]
     return []
+
+
+def identity_with_literal(tree: ast.AST, where: Where) -> list[str]:
+    """``x is "rms"`` (or ``is not``, a number, a tuple): identity, not equality. It holds only when both
+    sides are one object, as two equal literals often are in one program, not a value read from a file,
+    joined or computed at run time (Python itself warns: "is" with a literal)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        for op, right in zip(node.ops, node.comparators, strict=True):
+            literal = isinstance(right, (ast.Constant, ast.Tuple, ast.List)) and not (
+                isinstance(right, ast.Constant) and (right.value is None or isinstance(right.value, bool)
+                                                      or right.value is Ellipsis))
+            if isinstance(op, (ast.Is, ast.IsNot)) and literal:
+                word = "==" if isinstance(op, ast.Is) else "!="
+                return [f"{where.line(node)}, `{where.text(node)}`, compares with `{'is' if word == '==' else 'is not'}`, "
+                        "which asks whether both sides are the same object, not whether they are equal: an equal "
+                        f"value made at run time (read from a file, joined, computed) is another object. Was `{word}` meant?"]
+    return []
+
+
+def invert_on_bool(tree: ast.AST, bools: set[str], where: Where) -> list[str]:
+    """``~flag`` where ``flag`` is an argument whose default is True or False: ``~`` is the bitwise
+    inversion of an integer (a mask's negation on a tensor), and on a Python bool ~True is -2 and
+    ~False is -1, both true."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert) and isinstance(node.operand, ast.Name) \
+                and node.operand.id in bools:
+            name = node.operand.id
+            return [f"{where.line(node)}, `{where.text(node)}`: `{name}` is a Python bool (its default is), and `~` on a "
+                    f"bool is the integer's bitwise inversion, ~True = -2 and ~False = -1, both true. Was `not {name}` "
+                    "meant? (`~` negates a tensor of booleans, not a bool.)"]
+    return []
+
+
+def data_read(tree: ast.AST, where: Where) -> list[str]:
+    """A value read through ``.data`` (not written to it): the tensor's values outside autograd, so
+    nothing computed from it carries a gradient back."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.ctx, ast.Load):
+            return [f"{where.line(node)} reads `{where.text(node)}`: `.data` is the tensor's values outside autograd, "
+                    "so no gradient flows back through anything computed from it."]
+    return []

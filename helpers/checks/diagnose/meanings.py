@@ -24,6 +24,16 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
         letter = _letter(int(size), sizes)
         return f"{size} ({letter})" if letter else str(size)
 
+    m = re.search(r"Expected parameter probs .*? of distribution (\w+)", text, re.S)
+    if m:
+        positional = re.search(rf"{m.group(1)}\(\s*(?!probs\s*=|logits\s*=)([A-Za-z_][\w.\[\]:, -]*?)\s*\)", source)
+        named = f" `{positional.group(1)}`" if positional else ""
+        return Finding(
+            f"torch.distributions.{m.group(1)} read its argument{named} as probabilities (probs, its first parameter): "
+            "each row must be a distribution (no negative entry), and these are not. "
+            + (f"Are{named} logits? Then pass them by name, {m.group(1)}(logits=...), which takes their softmax."
+               if positional else "Logits are passed by name, logits=..."),
+            "logits passed as probs" if positional else None)
     m = re.search(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", text)
     if m:
         a, b, c, d = m.groups()
@@ -31,6 +41,15 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
         flipped = next((name for name, v in values if isinstance(v, torch.Tensor) and v.dim() == 2
                         and tuple(v.shape) == (int(c), int(d))), None) if b == d and c != d else None
         fits = bool(flipped and not linear)
+        owners = {name for name, v in values if isinstance(v, torch.nn.Linear)}
+        if flipped and flipped.endswith(".weight") and flipped.removesuffix(".weight") in owners:
+            layer = flipped.removesuffix(".weight")  # the line multiplies by a Linear's weight itself
+            return Finding(
+                f"A matrix product (@, torch.matmul) needs the left factor's last axis to equal the right factor's "
+                f"first: here the left factor (flattened to {a}x{b}) ends in {n(b)}, and the right one is "
+                f"{flipped}, ({c}, {d}): an nn.Linear keeps its weight as (out_features, in_features) and computes "
+                f"x @ weight.T, so {flipped} itself is the transpose of the matrix that maps {n(d)} to {n(c)}. Was "
+                f"{layer}(...) (or @ {flipped}.T) meant?", "a Linear's weight used untransposed")
         return Finding(
             f"A matrix product (@, torch.matmul or an nn.Linear) needs the left factor's last axis to equal "
             f"the right factor's first: here the left factor (flattened to {a}x{b}) ends in {n(b)}, the "

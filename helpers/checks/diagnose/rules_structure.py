@@ -70,6 +70,12 @@ def _per_part(c: _Case, which: str) -> Finding:
         fit = _per_row(c, em, gm, how)
         if fit is not None and which == "fibre factors" and _nearly_one(fit):
             return Finding(f"{_one_factor(fit, n, _axis(k, c.axes))} Evidence: {c.evidence()}.", which)
+        if fit is not None and which == "slice factors" and k == c.e.dim() - 1 and c.e.dim() >= 2:
+            told = (f"each slice along {_axis(k, c.axes)}, the last axis, is the reference times its own factor "
+                    f"({_first_six(fit)} for {c.letter(k) or 'index'} = 0, 1, …): every feature is off by a factor of "
+                    "its own, the same at every position. Is a scale per feature (a weight or gain of that size) "
+                    "wrong or applied in another form, or is each feature normalised over the other axes?")
+            return Finding(f"{told} Evidence: {c.evidence()}.", which)
         if fit is not None:
             others = ", ".join(c.letter(i) or f"axis {i}" for i in range(c.e.dim()) if i != k)
             told = says.format(axis=_axis(k, c.axes), letter=c.letter(k) or "index", others=others, n=n,
