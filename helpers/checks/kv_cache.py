@@ -163,6 +163,8 @@ def call_error(what: str, run: dict, chunks, heads: tuple[int, int] | None = Non
         nh, n_kv = heads
         sizes = {int(clash.group(1)), int(clash.group(2))}
         if nh in sizes and n_kv * n_kv in sizes and n_kv * n_kv != nh:
+            n = n_kv * n_kv  # a size the legend may have read as another letter's (hs = 4, say): the number alone
+            run = {**run, "explained": re.sub(rf"\b{n} \((?:hs|T_new|T|B|C)\)", str(n), str(run.get("explained", "")))}
             hint = (f" The heads met at dimension 1 are the {nh} query heads and {n_kv * n_kv} = n_kv × n_kv key/value "
                     f"heads: were the {n_kv} key/value heads each repeated n_kv = {n_kv} times? Each serves a group of "
                     f"nh // n_kv = {nh // n_kv} query heads, so it is repeated nh // n_kv times.")

@@ -45,6 +45,9 @@ def legend_shape(shape, sizes: dict[str, int] | None) -> str:
     shape = tuple(int(n) for n in shape)
     plain = str(shape) if len(shape) != 1 else f"({shape[0]},)"
     letters = [_letter(n, sizes) for n in shape]
+    for i, letter in enumerate(letters[:-1]):  # one letter twice: kept only as a square matrix's two axes, (T, T)
+        if letter and letter in letters[i + 1:] and not (i == len(shape) - 2 and letters[-1] == letter):
+            letters[i] = None  # a size that coincides with a letter already used further on: its number only
     if not shape or not any(letters):
         return plain
     named = ", ".join(letter or str(n) for letter, n in zip(letters, shape, strict=True))
