@@ -134,6 +134,19 @@ def test_legend_shape():
     assert legend_shape((12,), {"nh": 4, "hs": 3}) == "(12,) = (nh·hs,)"
 
 
+def test_a_letter_twice_is_kept_only_where_it_tells_something():
+    """A size equal to a letter already used further on is shown as its number, except a square matrix's
+    two axes and a second B, nh or n_kv, which exceptions._axis_too_many reads as an axis too many."""
+    gqa = {"B": 3, "nh": 6, "T_new": 5, "hs": 4}
+    assert legend_shape((3, 4, 5, 4), gqa) == "(3, 4, 5, 4) = (B, 4, T_new, hs)"  # 4 = n_kv × n_kv here, not hs
+    assert legend_shape((3, 6, 5, 5), {**gqa, "T": 5, "T_new": 1}) == "(3, 6, 5, 5) = (B, nh, T, T)"
+    batched_twice = legend_shape((2, 2, 3, 5, 5), {"B": 2, "nh": 3, "T": 5})
+    assert batched_twice == "(2, 2, 3, 5, 5) = (B, B, nh, T, T)"
+    (note,) = dg.exceptions._axis_too_many([f"scores: float32 (2, 2, 3, 5, 5) = {batched_twice.split(' = ')[1]}",
+                                            "q: float32 (2, 3, 5, 4) = (B, nh, T, hs)"])
+    assert "B twice: one axis more than it should have" in note
+
+
 # --- 2. dtype ---------------------------------------------------------------------------------
 
 

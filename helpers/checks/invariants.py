@@ -34,8 +34,8 @@ exercise must also hold, and where it is checked:
   other batches on later calls with one generator, ``generate_cached`` is handed one that has
   already given numbers, and greedy ``sample_next`` draws nothing from it.
 * **a function that must not draw at all** (``estimate_loss``, a training step on a model without
-  dropout): PyTorch's global generator is untouched; one that moves it is told whether it reseeds it
-  (two calls from two states end in one) or draws from it.
+  dropout): PyTorch's global generator is untouched (:func:`rng_watch` again); one that moves it is told
+  whether it reseeds it (and the seed it set) or draws from it.
 * **a training step**: it may be handed a model whose parameters already hold gradients (a
   backward() of the caller's, an accumulation): :func:`stale_gradients`; and a model in evaluation
   mode, which it must put in training mode, every layer of it (``training_replay.TinyLM`` records

@@ -309,8 +309,8 @@ def _judge(cases):
                     "state every call). Pass generator=generator to torch.randint: None means the global one."
                 )
             if len(many) >= 3 and case.n_starts ** case.B > 1000 and all(_same(many[0], m) for m in many[1:]):
-                raise CheckFailed(f"{what}: {len(many)} batches drawn one after the other with one generator are all the same batch: the generator does "
-                                  "not move on between calls, so a loop would train on one batch over and over. Is it reseeded (manual_seed) or copied?")
+                raise CheckFailed(f"{what}: {len(many)} batches drawn in turn with one generator are all one batch: the "
+                                  "generator does not move on between calls. Is it reseeded (manual_seed) or copied?")
             if _same(first, other) and case.n_starts > 1:
                 raise CheckFailed(f"{what}: two generators seeded differently gave the same batch: the starts do not come "
                                   "from the generator.")

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from helpers.checks.core import CheckFailed
 from helpers.checks.functions import Compare, Spec, function_checks
+from helpers.checks.invariants import rng_watch
 from helpers.reference import training_step as ref
 from helpers.reference import transformer_lm
 
@@ -104,16 +105,10 @@ def _call(function, case: Case) -> dict:
     seen: list[list[bool]] = []
     model.register_forward_pre_hook(lambda module, args: seen.append([module.training, torch.is_grad_enabled()]))
     kwargs = {} if case.eval_seed is None else {"seed": case.eval_seed}
-    torch.manual_seed(1234)
-    before = torch.get_rng_state()
-    out = function(model, case.splits, case.n_batches, case.B, case.T, **kwargs)
-    after = torch.get_rng_state()
+    with rng_watch() as rng:  # nothing here draws: PyTorch's global generator must stay where it was
+        out = function(model, case.splits, case.n_batches, case.B, case.T, **kwargs)
     plain = {str(k): _plain(v) for k, v in out.items()} if isinstance(out, dict) else {"__not_a_dict__": _plain(out)}
-    torch.manual_seed(4321)  # the same call again, the global generator in another state
-    again = function(model_for(case), case.splits, case.n_batches, case.B, case.T, **kwargs)
-    # the global generator: untouched, set to one state whatever it was (reseeded), or drawn from
-    rng = ("kept" if torch.equal(before, after) else "reseeded" if torch.equal(after, torch.get_rng_state())
-           else "drawn")
+    again = function(model_for(case), case.splits, case.n_batches, case.B, case.T, **kwargs)  # the same call again
     same = isinstance(out, dict) and isinstance(again, dict) and out.keys() == again.keys() and all(
         isinstance(out[k], float) and out[k] == again[k] for k in out)
     return {"out": plain, "forwards": seen, "modes_after": [m.training for m in model.modules()],
@@ -224,14 +219,16 @@ def _form(what: str, case: Case, got, run: dict) -> str | None:
         return (f"{what}: two calls with the same model, splits and seed gave different estimates: your batches depend "
                 "on random numbers other than seed's. Cut every batch with the split's own generator, "
                 "get_batch(..., generator=generator), never the global one.")
-    if floats and run.get("rng") == "reseeded":
-        return (f"{what} reseeds PyTorch's global generator: after it, the global random state is the same whatever it "
-                "was before (two calls from two states), so whatever draws next (the next training batches, dropout, "
-                "an initialisation) repeats the same numbers after every evaluation. Make a generator of the split's "
-                "own, torch.Generator().manual_seed(seed), and pass it to get_batch: the global one stays untouched.")
-    if floats and run.get("rng") == "drawn":
-        return (f"{what} draws from PyTorch's global generator (its state changed, and differently from two starting "
-                "states), which nothing here should use: the model is measured in evaluation mode and every batch "
+    rng = run.get("rng") if isinstance(run.get("rng"), dict) else {}
+    if floats and rng.get("moved") is True and isinstance(rng.get("seeded"), int):
+        return (f"{what} reseeds PyTorch's global generator: after it, its seed is {rng['seeded']}, as a "
+                f"torch.manual_seed({rng['seeded']}) in the function leaves it, so whatever draws next (the next training "
+                "batches, dropout, an initialisation) repeats the same numbers after every evaluation. Make a generator "
+                "of the split's own, torch.Generator().manual_seed(seed), and pass it to get_batch: the global one stays "
+                "untouched.")
+    if floats and rng.get("moved") is True:
+        return (f"{what} draws from PyTorch's global generator (its state moved during the call), which nothing here "
+                "should use: the model is measured in evaluation mode and every batch "
                 "comes from the split's own generator, get_batch(..., generator=generator).")
     if isinstance(out, dict) and "__not_a_dict__" in out:
         return (f"{what} returned {_words(out['__not_a_dict__'])}: return a dict with one Python float per split, "

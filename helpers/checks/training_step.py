@@ -11,8 +11,6 @@ Shape legend: B batch, T sequence length, V vocabulary size, C embedding size. N
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 import torch.nn.functional as F
 
@@ -26,6 +24,7 @@ from helpers.checks.core import (
 )
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
+from helpers.checks.invariants import rng_watch
 from helpers.checks.training_replay import (
     LR,
     MODEL_ONLY,
@@ -69,23 +68,20 @@ def _probe(cases):
         for case in cases:
             model, optimizer, batches = build(case)
             steps = []
-            for i, (x, y) in enumerate(batches):
+            for x, y in batches:
                 model.modes.clear()
-                torch.manual_seed(8000 + 17 * i)  # each step starts the global generator from another state
-                before = torch.get_rng_state()
                 try:
-                    with case_sizes(_sizes(case)):
+                    # the model here has no dropout: a step draws nothing from PyTorch's global generator
+                    with case_sizes(_sizes(case)), rng_watch() as rng:
                         out = train_step(model, optimizer, x, y, grad_clip=case.grad_clip)
                 except Exception as exc:  # noqa: BLE001 - the judge explains the error
                     steps.append(caught(exc, _sizes(case)))
                     break
-                after = torch.get_rng_state()
                 steps.append({
                     "returned": _returned(out),
                     "modes": list(model.modes),
                     "params": {name: p.detach().clone() for name, p in model.named_parameters()},
-                    # the model here has no dropout: a step draws nothing from the global generator
-                    "rng": "kept" if torch.equal(before, after) else hashlib.sha256(after.numpy().tobytes()).hexdigest(),
+                    "rng": rng,
                 })
             runs.append({"steps": steps})
         return {"runs": runs}
@@ -258,21 +254,20 @@ def _judge(cases):
 
 
 def _judge_global_generator(what: str, steps: list) -> None:
-    """The stand-in model has no dropout: a step that still moves PyTorch's global generator reseeds it (two
-    steps, started from two states, leave the same state) or draws from it."""
-    after = [s.get("rng") for s in steps if isinstance(s, dict)]
-    moved = [a for a in after if isinstance(a, str) and a != "kept"]  # the state after, as a digest
+    """The stand-in model has no dropout: a step that still moves PyTorch's global generator reseeds it
+    (:func:`rng_watch` reads the seed it set) or draws from it."""
+    moved = [s["rng"] for s in steps if isinstance(s, dict) and isinstance(s.get("rng"), dict) and s["rng"].get("moved")]
     if not moved:
         return
-    if len(moved) >= 2 and len(set(moved)) == 1:
-        raise CheckFailed(f"{what}: the steps are right, but each one reseeds PyTorch's global generator: after every "
-                          "step its state is the same, whatever it was before (the steps started from different "
-                          "states). With dropout, every step would then draw the same masks, and the caller's random "
-                          "numbers start over after each step. Is torch.manual_seed called in the step? Seeding is the "
-                          "caller's, once, before training.")
+    seeded = moved[0].get("seeded")
+    if isinstance(seeded, int) and not isinstance(seeded, bool):
+        raise CheckFailed(f"{what}: the steps are right, but each one reseeds PyTorch's global generator: after a step "
+                          f"its seed is {seeded}, as a torch.manual_seed({seeded}) in the step leaves it. With dropout, "
+                          "every step would then draw the same masks, and the caller's random numbers start over after "
+                          "each step. Seeding is the caller's, once, before training.")
     raise CheckFailed(f"{what}: the steps are right, but they draw from PyTorch's global generator (its state moved) "
                       "although this model has no dropout and a step has nothing to draw: is a random number taken "
-                      "(or the generator seeded) in the step?")
+                      "in the step?")
 
 
 def _judge_returned(case: Case, what: str, k: int, got: dict, expected: list[dict]) -> None:

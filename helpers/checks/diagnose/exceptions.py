@@ -26,6 +26,7 @@ from helpers.checks.diagnose.student_code import (
     _lookup,
     _source_line,
 )
+from helpers.checks.diagnose.words import TWICE_TELLS
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ def _axis_too_many(described: list[str]) -> list[str]:
         if any(len(other) >= len(letters) for n, other in shapes if n != name) and len(letters) > 2:
             continue
         named = [a for a in letters if a and not a.isdigit()]
-        twice = next((a for a in named if named.count(a) > 1 and a in ("B", "nh", "n_kv")), None)  # T, C: (T, T), (C, C) are fine
+        twice = next((a for a in named if named.count(a) > 1 and a in TWICE_TELLS), None)  # T, C: (T, T), (C, C) are fine
         if twice and len(letters) == 2:  # (B, B): two axes, as a (T, T) mask has, each the size of the wrong one
             return [f"{name} is ({twice}, {twice}): both of its sizes are {twice}'s. Was a size read from the "
                     f"{twice} axis (x.shape[0] of a batch, say) where another was meant?"]

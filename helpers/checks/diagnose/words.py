@@ -22,6 +22,11 @@ LEGEND = {
 }
 
 
+#: letters a shape may show twice without a square matrix's reason: a second B, nh or n_kv is itself what
+#: ``exceptions._axis_too_many`` reads (an axis added to a tensor that already had it)
+TWICE_TELLS = ("B", "nh", "n_kv")
+
+
 def _letter(size: int, sizes: dict[str, int] | None) -> str | None:
     """The legend letter whose size is ``size``, when exactly one has it (or a product nh·hs)."""
     if not sizes:
@@ -45,8 +50,9 @@ def legend_shape(shape, sizes: dict[str, int] | None) -> str:
     shape = tuple(int(n) for n in shape)
     plain = str(shape) if len(shape) != 1 else f"({shape[0]},)"
     letters = [_letter(n, sizes) for n in shape]
-    for i, letter in enumerate(letters[:-1]):  # one letter twice: kept only as a square matrix's two axes, (T, T)
-        if letter and letter in letters[i + 1:] and not (i == len(shape) - 2 and letters[-1] == letter):
+    for i, letter in enumerate(letters[:-1]):  # one letter twice: kept as a square matrix's two axes, (T, T), or
+        square = i == len(shape) - 2 and letters[-1] == letter  # as an axis too many (TWICE_TELLS)
+        if letter and letter in letters[i + 1:] and not square and letter not in TWICE_TELLS:
             letters[i] = None  # a size that coincides with a letter already used further on: its number only
     if not shape or not any(letters):
         return plain
