@@ -121,6 +121,14 @@ EXAMPLES = {
     "a mutable default in a helper written beside the answer": (
         "def collect(model, found=[]):\n    found.extend(model)\n    return found\n\n"
         "def f(model):\n    return collect(model)\n", "f", ["default argument of collect is a list"]),
+    "one inner list repeated for every row": (
+        "def f(ids, B, T):\n    rows = [[0] * T] * B\n    for b in range(B):\n        rows[b][0] = ids[b]\n"
+        "    return rows\n", "f", ["`[[0] * T] * B`: `*` repeats one inner list", "`[[0] * n for _ in range(m)]`"]),
+    "squeeze with no axis": (
+        "def f(draws):\n    return draws.squeeze()\n", "f", ["squeeze() with no axis drops every axis of size 1"]),
+    "an in-place method on a name the same statement reads": (
+        "def f(g, u):\n    h = g * g.sigmoid_()\n    return h * u\n", "f",
+        ["`g.sigmoid_()` changes `g` in place while the same statement also uses `g`", "out-of-place `sigmoid`"]),
 }
 
 
@@ -137,6 +145,11 @@ def test_python_semantics_notes_stay_silent_where_the_code_is_right():
                                                 "    return {o: (lambda t=t: state[t]) for o, t in table.items()}\n",
         # not a tie: a loaded tensor put in a Parameter (the loading checks say what that does)
         "a checkpoint's tensor given to .data": "def f(layer, sd):\n    layer.weight.data = sd['w'].T\n    return layer\n",
+        "rows of their own": "def f(B, T):\n    return [[0] * T for _ in range(B)]\n",
+        "squeeze of one axis": "def f(draws):\n    return draws.squeeze(-1)\n",
+        "a flat list repeated": "def f(B):\n    return [0] * B + [None] * 2\n",
+        "an in-place method whose own arguments read the name": "def f(x):\n    x = x.clone()\n"
+                                                                "    x.masked_fill_(x == 0, 1.0)\n    return x.mul_(2)\n",
     }
     for label, source in sources.items():
         assert _notes(source, "f") == [], label
@@ -246,3 +259,10 @@ def test_a_decorated_function_is_read_as_written():
     source = ("def pick(logits, top_k, top_p):\n    return logits\n\n@torch.no_grad()\n"
               "def f(logits, top_k, top_p):\n    return pick(logits, top_p, top_k)\n")
     assert "`top_p` goes in as pick's parameter `top_k`" in " ".join(_notes(source, "f"))
+
+
+def test_a_memo_the_function_fills_is_told_as_kept_between_calls_not_as_a_size_left_at_the_top():
+    notes = _notes("_seen = {}\n\ndef f(text):\n    if text not in _seen:\n        _seen[text] = list(text)\n"
+                   "    return _seen[text]\n", "f")
+    assert notes and not any("neither takes nor sets" in n for n in notes), notes
+    assert any("changes _seen" in n for n in notes), notes

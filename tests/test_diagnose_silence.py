@@ -159,6 +159,14 @@ HINT_CAUSE = {
     "_dropped_axis": Clash([("x", randn(2, 6, 7))], "x / x.sum(dim=-1)", SIZES, 6, 7, 2),
     "_copied_into_other_sizes": Clash([("merged", torch.nn.Linear(12, 12)), ("base", torch.nn.Linear(12, 8))],
                                       "merged.weight.copy_(base.weight + delta)", None, 12, 8, 0),
+    "_star_for_matmul": Clash([("B", randn(8, 3)), ("A", randn(3, 12))], "W += scale * (B * A)", None, 3, 12, 1),
+    "_reduced_here": Clash([("exp", randn(2, 6, 6))], "weights = exp / exp.sum(dim=-1)", {"B": 2, "T": 6}, 6, 2, 1),
+    "_one_axis_misplaced": Clash([("x", randn(3, 5, 4)), ("pos", randn(5, 1, 4))], "return x + pos",
+                                 {"B": 3, "T": 5, "C": 4}, 3, 5, 0),
+    "_merged_axes": Clash([("ids", torch.zeros(3, 7, dtype=torch.long)), ("positions", torch.arange(21))],
+                          "x = emb(ids) + pos(positions)", {"B": 3, "T": 7}, 7, 21, 1),
+    "_per_row_vector": Clash([("hidden", randn(4, 6, 12)), ("lengths", torch.ones(4))],
+                             "mean = hidden.sum(dim=1) / lengths", {"B": 4, "T": 6, "C": 12}, 12, 4, 1),
 }
 
 
@@ -295,3 +303,14 @@ def test_float32_precision_is_not_said_of_a_near_factor_per_row():
     rows = 1 + 1e-7 * torch.arange(1.0, 13.0, dtype=torch.float64).view(2, 6, 1)
     assert dg.rule_float32_precision(consistent(E * rows, E)).cause is None
     assert dg.rule_float32_precision(consistent(E + 1e-7, E)).cause is None
+
+
+def test_a_transposed_mask_against_batched_scores_and_a_1d_arange_beside_a_bystander_are_named():
+    mask = dg.broadcast_hints(Clash([("scores", randn(2, 3, 3, 7)), ("mask", torch.ones(7, 3, dtype=torch.bool))],
+                                    "w = scores.masked_fill(~mask, -1e9)", None, 3, 7, 3))
+    assert "the last two axes of scores (2, 3, 3, 7) the other way round" in mask.established and mask.cause
+    outer = dg.broadcast_hints(Clash([("keys", torch.arange(7)), ("x", randn(3, 2, 13))],
+                                     "mask = keys <= torch.arange(T_new, device=x.device) + 5", None, 7, 2, 0))
+    assert "Both sides are 1-D" in outer.established and outer.cause
+    # the same sizes on a line that makes no 1-D tensor: x may be what clashed, so nothing is said
+    assert not dg.broadcast_hints(Clash([("keys", torch.arange(7)), ("x", randn(3, 2, 13))], "y = x + keys", None, 7, 2, 0)).cause

@@ -163,6 +163,41 @@ CASES = {
     "a bool negated with ~": (
         "01-tokens-and-embeddings", "parameter-count", [("0 if tie_weights else n_vocab * emb_dim", "n_vocab * emb_dim if ~tie_weights else 0")],
         "check_parameter_count", "embedding_and_head_parameters", ["Was `not tie_weights` meant?"]),
+    "estimates written into the caller's splits": (
+        "07-training", "estimate-loss", [("estimates = {}", "estimates = splits")], "check_estimate_loss", "estimate_loss",
+        ["changed the caller's splits dict", "the dict returned is the one given"]),
+    "decode that pops the caller's ids": (
+        "10-gpt2", "decode", [('data = b"".join(vocab[i] for i in ids)', 'data = b""\n    while ids:\n        data += vocab[ids.pop(0)]')],
+        "check_bpe_decode", "decode", ["changed the list of ids it was given", "afterwards 0"]),
+    "encode that hands out the list it keeps": (
+        "10-gpt2", "encode", [(None, "_kept = {}\n\n"), ('    ids = list(text.encode("utf-8"))',
+                                                           '    if text in _kept:\n        return _kept[text]\n    ids = list(text.encode("utf-8"))'),
+                              ("    return ids", "    _kept[text] = ids\n    return ids")],
+        "check_bpe_encode", "encode", ["returned a list it keeps", "changes _kept"]),
+    "rows written into one repeated list": (
+        "07-training", "get-batch", [("    x = ids[positions]  # (B, T)",
+                                      "    rows = [[0] * block_size] * batch_size\n    for b in range(batch_size):\n"
+                                      "        for t in range(block_size):\n            rows[b][t] = int(ids[positions[b, t]])\n"
+                                      "    x = torch.tensor(rows)")],
+        "check_get_batch", "get_batch", ["`*` repeats one inner list, so every row is the same list object"]),
+    "a text of max_len tokens taken as not fitting": (
+        "09-fast-generation", "generate-cached", [("T_past < max_len", "ids.shape[1] < max_len")],
+        "check_generate_cached", "generate_cached", ["1 of the 12 steps ran more than the newest token",
+                                                      "exactly max_len = 9 tokens long"]),
+    "real-token flags lined up with the queries": (
+        "09-fast-generation", "batch-mask", [("real.unsqueeze(1) | itself", "real[:, T_past:].unsqueeze(2) | itself")],
+        "check_batch_mask", "batch_mask_and_positions", ["real-token flags are lined up with the queries"]),
+    "each query's own key hidden": (
+        "09-fast-generation", "cached-attention", [(".tril(diagonal=T_past)", ".tril(diagonal=T_past - 1)")],
+        "check_cached_attention", "CachedSelfAttention", ["each query's own key is hidden"]),
+    "a mask built wrong for the first call too, raising only with a cache": (
+        "09-fast-generation", "cached-attention", [("mask = torch.ones(T_new, T_total, dtype=torch.bool, device=x.device).tril(diagonal=T_past)",
+                                                    "mask = torch.arange(T_total)[:, None] <= torch.arange(T_new)[None, :]")],
+        "check_cached_attention", "CachedSelfAttention", ["the first call (no cache) ran but its output was already wrong"]),
+    "every target scored under the first position": (
+        "07-training", "train-step", [("loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))",
+                                       "loss = -torch.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(1)).mean()")],
+        "check_train_step", "train_step", ["every target was scored under the first position's distribution"]),
 }
 
 

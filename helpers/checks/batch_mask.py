@@ -107,8 +107,21 @@ def _judge_mask(cases):
             if not torch.equal(mask[rows], want_mask[rows]):
                 causal = causal_with_past(T_new, T_total).expand_as(mask)
                 b, _, i, j = ((mask != want_mask) & rows).nonzero()[0].tolist()
-                if torch.equal(mask[rows], causal[rows]):
-                    why = "the padding is attended to: a real query must not look at padding keys (AND the causal mask with the real tokens)"
+                itself = torch.arange(T_total) == (T_past + torch.arange(T_new)).unsqueeze(1)  # (T_new, T_total)
+                on_queries = (causal_with_past(T_new, T_total) & (query_real.unsqueeze(2) | itself)).unsqueeze(1)
+                if torch.equal(mask[rows], causal[rows]) and T_past == 0 and torch.equal(mask, on_queries) \
+                        and not torch.equal(on_queries, want_mask):
+                    why = ("the padding is attended to: your mask equals one whose real-token flags are lined up with "
+                           "the queries (real of shape (B, T, 1): one flag per row of the mask) instead of with the keys "
+                           "((B, 1, T_total): one flag per column), so a real query keeps every earlier key, padding included")
+                elif torch.equal(mask[rows], causal[rows]) and torch.equal(mask, causal):
+                    why = ("the padding is attended to: in every row, padding queries included, your mask is the causal "
+                           "mask alone, so the real-token condition takes no effect anywhere: see that it is ANDed with "
+                           "the causal mask, and that the 'a query meets its own key' condition holds only at each "
+                           "query's own column, T_past + i")
+                elif torch.equal(mask[rows], causal[rows]):
+                    why = ("the padding is attended to: for the real queries your mask is the causal mask alone, so a "
+                           "real query looks at the padding keys before it")
                 elif torch.equal(mask[rows], (causal_with_past(T_new, T_total, offset=False) & real.unsqueeze(1)).unsqueeze(1)[rows]):
                     why = (f"the causal part was not offset by T_past = {T_past}: new query i must see keys up to "
                            "T_past + i (a one-token decode step must see every real past key)")

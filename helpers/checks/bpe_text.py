@@ -43,7 +43,15 @@ def encode_known(text, merges, start=None, pick=None):
 
 def _encode_call(fn, text):
     merges = dict(MERGES)
-    out = _plain(fn(text, merges))
+    first = fn(text, merges)
+    out = _plain(first)
+    if isinstance(first, list) and merges == MERGES:  # a caller that goes on writing into the ids it got back
+        first.append(-1)
+        again = fn(text, dict(MERGES))
+        if isinstance(again, list) and (again is first or again[-1:] == [-1]):
+            return {"out": out, "input_changed": "returned a list it keeps: the caller appended -1 to the ids it got "
+                    "back, and encoding the same text again returned them with that -1. A kept result (a memo) is "
+                    "handed out as a copy, list(ids), so that nothing a caller does to it reaches the next call."}
     if merges == MERGES:
         return {"out": out}
     gone = [pair for pair in MERGES if pair not in merges]
@@ -157,7 +165,13 @@ DECODE_HIDDEN_CASES = [encode_known("😀 the €", MERGES), [0x80, 0x80, 97], l
 
 
 def _decode_call(fn, ids):
-    return {"out": _plain(fn(list(ids), vocab_known(MERGES)))}
+    given = list(ids)
+    out = _plain(fn(given, vocab_known(MERGES)))
+    if given == list(ids):
+        return {"out": out}
+    return {"out": out, "input_changed": f"changed the list of ids it was given (it held {len(ids)} ids, afterwards "
+            f"{len(given)}): the caller keeps its ids for what comes next. Read them (a for loop, an index); never "
+            "pop, remove or assign."}
 
 
 def decode_variants(ids):

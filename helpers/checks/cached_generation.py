@@ -91,7 +91,7 @@ def _probe_generate(cases):
                     with case_sizes(sizes):
                         out = generate_cached(model, _prompt(shape, seed), n, **options, generator=torch.Generator().manual_seed(seed))
                         run = {"out": out, "calls": list(KnownGood.calls), "training": model.training,
-                               "modes": sorted({m.training for m in model.modules()})}
+                               "modes": sorted({m.training for m in model.modules()}), "steps": list(steps)}
                         model.train(training)  # the same seed again: the same ids?
                         run["again"] = generate_cached(model, _prompt(shape, seed), n, **options,
                                                        generator=torch.Generator().manual_seed(seed))
@@ -110,15 +110,41 @@ def _probe_generate(cases):
 
 def _cached_positions(T0: int, n: int, max_len: int) -> int:
     """How many positions a cached loop that follows the lesson's rule computes, per layer."""
-    total, T = 0, None
+    return sum(t for t, _ in _schedule(T0, n, max_len))
+
+
+def _schedule(T0: int, n: int, max_len: int) -> list[tuple[int, int]]:
+    """What the lesson's rule gives forward_cached at each of the ``n`` steps: (new tokens, text length)."""
+    out, T = [], None
     for _ in range(n):
         if T is not None and T < max_len:
-            total, T = total + 1, T + 1
+            out.append((1, T0))
+            T += 1
         else:
             T = min(T0, max_len)
-            total += T
+            out.append((T, T0))
         T0 += 1
-    return total
+    return out
+
+
+def _extra_work(steps: list, T0: int, n: int, max_len: int) -> str:
+    """Which steps gave forward_cached more than the lesson's rule does, said with the text's length
+    then; empty when the recorded calls are not one per step."""
+    rule = _schedule(T0, n, max_len)
+    if len(steps) != n or not all(isinstance(s, dict) for s in steps):
+        return ""
+    over = [(k, s["T_new"], length) for k, (s, (want, length)) in enumerate(zip(steps, rule, strict=True)) if s["T_new"] > want]
+    if not over:
+        return ""
+    cached = [k for k, (want, _) in enumerate(rule) if want == 1]
+    if {k for k, _, _ in over} == set(cached) and all(t == min(length, max_len) for _, t, length in over):
+        return " At every step that can use the cache, the whole window was run again."
+    shown = ", ".join(f"step {k + 1} ({t} tokens, the text then {length} long)" for k, t, length in over[:3])
+    at_limit = all(length == max_len for _, _, length in over)
+    return (f" {len(over)} of the {n} steps ran more than the newest token: {shown}."
+            + (f" {'Each time t' if len(over) > 1 else 'T'}he text was exactly max_len = {max_len} tokens long, which still fits (a cache of "
+               "max_len positions is full, not overfull): is the test for 'fits' < max_len where <= is meant?"
+               if at_limit else ""))
 
 
 def _mistaken(model, ids, n, options, flavour):
@@ -270,9 +296,10 @@ def _judge_generate(cases):
             computed = sum(int(c.get("T_new", 0)) for c in calls if isinstance(c, dict)) // L
             allowed = _cached_positions(shape[-1], n, max_len)
             if computed > allowed:
+                extra = _extra_work(run.get("steps") or [], shape[-1], n, max_len)
                 raise CheckFailed(f"{what}: the ids are right, but the model computed {computed} positions where a "
-                                  f"cache needs {allowed}: you re-ran the whole window at every step. While the text "
-                                  "fits in max_len, give forward_cached the newest token alone, with the caches.")
+                                  f"cache needs {allowed}.{extra} While the text fits in max_len, give forward_cached "
+                                  "the newest token alone, with the caches.")
             if "used" in run:
                 used = _used_generator(seed)
                 want_used = sampling.generate(model, prompt, n, **options, generator=used)

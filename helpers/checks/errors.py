@@ -5,7 +5,8 @@ One record for an error of the student's code, in every check: ``caught`` turns 
 ``explained`` is ``explain_exception``'s account without the error's own line: where the student's
 line raised, the tensors on that line in the case's legend, and what the message means; and
 ``established`` says whether those lines read the cause off the failing line (then the check's own
-guesses are left out; only a size written in and a tensor looked up in a list set it: a cause the
+guesses are left out; only a size written in, a tensor looked up in a list and an elementwise ``*``
+between the two sides of a matrix product set it: a cause the
 message's meaning names, such as an attribute that is None, stands beside the guesses). ``attempt`` calls the
 student's function once and returns ``{"out": value}`` (with ``outside``: the layers with weights it
 called that are not part of the module, a layer built inside forward) or that record. On the judge's side,
@@ -26,6 +27,7 @@ import torch
 from helpers.checks.core import CheckFailed, close, describe
 from helpers.checks.diagnose import (
     ESTABLISHED,
+    STAR_FOR_MATMUL,
     case_sizes,
     explain_exception_cause,
     outside_modules,
@@ -50,7 +52,7 @@ def caught(exc: BaseException, sizes: dict[str, int] | None = None) -> dict:
     return {"error": f"{type(exc).__name__}: {message}"[:600], "kind": type(exc).__name__, "message": message[:500],
             "value_error": isinstance(exc, ValueError),
             "explained": explained.rpartition(_ITSELF)[0][:2000] if _ITSELF in explained else "",
-            "established": cause == ESTABLISHED}
+            "established": cause in (ESTABLISHED, STAR_FOR_MATMUL)}
 
 
 def attempt(fn, *args, sizes: dict[str, int] | None = None) -> dict:

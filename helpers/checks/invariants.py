@@ -46,6 +46,17 @@ exercise must also hold, and where it is checked:
   target names a layer's whole last name, not its end (``add_lora``); a model's layers are
   searched through the whole tree (both); a config's option read at run time is an equal string,
   not the same object (``modern_options``).
+* **what a function hands back and what it was handed** (lists and dicts, not only tensors):
+  ``estimate_loss`` leaves the caller's splits dict as it was (no loss written into it); ``decode``
+  leaves the caller's list of ids as it was (no pop); ``encode`` returns a new list at every call (a
+  memo that hands out its own list is seen when the caller appends to what it got and encodes the
+  same text again).
+* **work done, step by step** (``generate_cached``): the positions each call to forward_cached
+  computes are compared with the lesson's rule step by step, so the steps that ran more than the
+  newest token are named with the text's length then, not "every step".
+* **a call that raises after earlier calls ran** (cached attention): the earlier calls' outputs are
+  compared first; when one of them was already wrong, the message says so instead of placing the
+  error in the code that uses the cache.
 * **sizes past the lesson's own**: a sequence longer than a table built for the lesson's sizes (the
   position embeddings), a list as long as a text (``count_pairs``): a value kept from trying the
   function out (a global, a slice) fails there, and ``code_notes_names`` says which name it read.

@@ -27,7 +27,7 @@ from helpers.checks.core import CheckFailed, close, describe, first_mismatch, id
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.invariants import with_zero_position
-from helpers.checks.kv_cache_known import chained
+from helpers.checks.kv_cache_known import MISTAKES, chained
 from helpers.checks.kv_cache_reuse import from_a_given_cache, given_cache_told
 from helpers.checks.verdict import load_weights, tolerance
 
@@ -153,9 +153,29 @@ def _returned_problem(returned, given) -> str | None:
     return None
 
 
-def call_error(what: str, run: dict, chunks, heads: tuple[int, int] | None = None) -> None:
+def _earlier_output_wrong(run: dict, expected, chunks, tol: float) -> str:
+    """What the calls before the failing one gave, where one of them is already wrong: the first
+    such call and its first wrong entry (empty when they were all right, or there is nothing to compare)."""
+    if expected is None:
+        return ""
+    start = 0
+    for step, out in enumerate(run["outs"]):
+        want = expected[:, start : start + chunks[step]]
+        start += chunks[step]
+        if not isinstance(out, torch.Tensor) or out.shape != want.shape:
+            return ""
+        if not close(want, out, tol, tol):
+            first = "the first call (no cache)" if step == 0 else f"call {step + 1}"
+            return (f" Before it, {first} ran but its output was already wrong ({first_mismatch(want, out, tol, tol)}): "
+                    "what goes wrong is in code that call runs too, not only where the cache is used.")
+    return ""
+
+
+def call_error(what: str, run: dict, chunks, heads: tuple[int, int] | None = None, expected=None,
+               tol: float = 0.0) -> None:
     """Judge side: fail for a call that raised or returned what cannot be used, with what the probe
-    established about it; ``heads``: (nh, n_kv) of a grouped-query layer."""
+    established about it; ``heads``: (nh, n_kv) of a grouped-query layer; ``expected``: the whole
+    sequence's output, to tell whether the calls before the failing one were already wrong."""
     step, hint = run["step"], ""
     clash = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton "
                       r"dimension 1", str(run.get("error", "")))
@@ -174,6 +194,8 @@ def call_error(what: str, run: dict, chunks, heads: tuple[int, int] | None = Non
                           "cache it was given (none on the first call) with this call's appended along the time axis.")
     if hint:
         pass
+    elif step and (earlier := _earlier_output_wrong(run, expected, chunks, tol)):
+        hint = earlier
     elif step and "Sizes of tensors must match except in dimension" in str(run.get("error")):
         hint = f" {CAT_HINT}"
     elif step:
@@ -208,28 +230,6 @@ def steady(run: dict, got: torch.Tensor, tol: float) -> bool:
 
 CAT_HINT = ("Concatenate the cached keys and the new ones along the time dimension, dim=2 of the "
             "(B, nh, T, hs) layout: torch.cat([cache[0], k], dim=2).")
-MISTAKES = {
-    "mask-not-offset": "the causal mask of the new queries was not offset by T_past: new query i sits at absolute position "
-    "T_past + i and must see every key up to it (a one-token query must see all past keys; "
-    "F.scaled_dot_product_attention(..., is_causal=True) aligns its mask top-left, so a one-token query sees only key 0: "
-    "pass attn_mask instead)",
-    "no-mask": "the new queries see every key, their own future included: is the causal mask missing, or offset by "
-    "T_total where it is T_past (T_past read after the concatenation, when k.shape[2] is already T_past + T_new)? "
-    "Keep the causal mask, offset by T_past",
-    "returns-v-k": "the cache came back as (v, k): the next call takes cache[0] for the keys; return (k, v)",
-    "cache-ignored": "the cache was not used: the new queries attend only to the new keys; put the cached keys and values in "
-    "front of the new ones",
-    "new-first": "the new keys and values went before the cached ones: concatenate the past first, [cache[0], k], so that "
-    "column j of the scores is position j",
-    "sqrt-C": "the scores were divided by sqrt(C) = sqrt(emb_dim) instead of sqrt(hs) = sqrt(head_dim)",
-    "v-from-k-cache": "the values were grown from the cached keys (torch.cat([cache[0], v])): the cached values are cache[1]",
-    "k-from-v-cache": "the keys were grown from the cached values (torch.cat([cache[1], k])): the cached keys are cache[0]",
-    "values-are-keys": "the attention weights multiply the keys instead of the values: your output is "
-    "softmax(scores) @ keys (a copy of the keys' line, k where v was meant?); weight the values, softmax(scores) @ v",
-    "tiled": "the key and value heads were repeated in the wrong order (repeat tiles them: query head h read kv head h % n_kv); "
-    "consecutive query heads share a kv head: head h reads kv head h // (nh // n_kv), which repeat_interleave(..., dim=1) "
-    "(or expand + reshape) gives",
-}
 
 
 def _at_the_zero_position(seed: int, expected: torch.Tensor, got: torch.Tensor, tol: float) -> str:
@@ -269,11 +269,11 @@ def _judge(with_kv: bool, name: str, cases):
                                       f"T_past + T_new, hs).{extra}")
             sizes = {**case_legend(case), "T": x.shape[1]}
             if stopped(run):
-                call_error(what, run, chunks, (nh, n_kv) if with_kv else None)
+                call_error(what, run, chunks, (nh, n_kv) if with_kv else None, expected, tol)
             output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
             got = torch.cat(run["outs"], dim=1)
             if not close(expected, got, tol, tol):
-                flavours = ["mask-not-offset", "no-mask", "returns-v-k", "cache-ignored", "new-first", "sqrt-C", "v-from-k-cache",
+                flavours = ["mask-not-offset", "no-mask", "self-hidden", "returns-v-k", "cache-ignored", "new-first", "sqrt-C", "v-from-k-cache",
                             "k-from-v-cache", "values-are-keys"]
                 if with_kv and nh != n_kv:
                     flavours.insert(0, "tiled")

@@ -118,7 +118,8 @@ def _mlp_structure(what: str, run: dict, C: int, H: int) -> None:
                        "(model.0, model.2), and the course's weights and checkpoints find them by place. Build it "
                        "as nn.Sequential(nn.Linear(...), nn.ReLU(), nn.Linear(...))")
         elif layers == ["Linear", "Linear"]:
-            problem = "the ReLU between the two linear layers is missing (so the second layer is model.1)"
+            problem = ("self.model holds no ReLU between the two linear layers, so the second layer is model.1: keep "
+                       "nn.ReLU() inside the Sequential (it has no parameters, but it takes the place model.1)")
         elif first == [C, H] and params.get("model.2.weight") == [H, C]:
             problem = (f"the layer sizes are swapped: the first layer goes from emb_dim={C} into "
                        f"n_hidden={H}, nn.Linear({C}, {H}), and the second comes back, nn.Linear({H}, {C})")

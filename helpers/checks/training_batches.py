@@ -286,8 +286,9 @@ def _judge(cases):
                 )
             if case.B > 1 and case.n_starts > 1 and all(bool((s == s[0]).all()) for s in starts):
                 raise CheckFailed(
-                    f"{what}: in each of the {len(starts)} batches every row is the same window (one start "
-                    f"for the whole batch, e.g. {starts[0].tolist()}): draw batch_size starts, one per row."
+                    f"{what}: in each of the {len(starts)} batches every row is the same window (e.g. starts "
+                    f"{starts[0].tolist()}): one start for the whole batch, or rows that are one object (a list "
+                    "repeated with *, written row by row)? Each row needs its own start and its own storage."
                 )
             if case.B > 1 and case.n_starts > case.B and all(torch.equal(s, torch.arange(case.B)) for s in starts):
                 raise CheckFailed(
@@ -337,12 +338,10 @@ def _judge(cases):
                     raise CheckFailed(f"{what}: the start {top} came up in {int(counts[top])} of {len(seen)} windows, where "
                                       f"about {expected:.0f} (one in {case.n_starts}) are expected: the starts should be "
                                       f"uniform over 0 .. {last}.{edge}")
-        return (
-            "get_batch: " + "; ".join(f"N={c.N}, B={c.B}, T={c.T}" for c in cases)
-            + ": every row of x is a window of the text and y the next character of each id; every "
-            "start that fits comes up and none past the end; a seeded generator gives the same batch "
-            "and the global random numbers are left alone."
-        )
+        return ("get_batch: " + "; ".join(f"N={c.N}, B={c.B}, T={c.T}" for c in cases)
+                + ": every row of x is a window of the text and y the next character of each id; every "
+                "start that fits comes up and none past the end; a seeded generator gives the same batch "
+                "and the global random numbers are left alone.")
 
     return judge
 

@@ -105,14 +105,19 @@ def _call(function, case: Case) -> dict:
     seen: list[list[bool]] = []
     model.register_forward_pre_hook(lambda module, args: seen.append([module.training, torch.is_grad_enabled()]))
     kwargs = {} if case.eval_seed is None else {"seed": case.eval_seed}
+    splits = case.splits
+    given = {name: (ids, ids.clone()) for name, ids in splits.items()}  # the caller's dict, kept to compare
     with rng_watch() as rng:  # nothing here draws: PyTorch's global generator must stay where it was
-        out = function(model, case.splits, case.n_batches, case.B, case.T, **kwargs)
+        out = function(model, splits, case.n_batches, case.B, case.T, **kwargs)
+    changed = sorted(name for name in set(given) | set(splits) if name not in splits or name not in given
+                     or splits[name] is not given[name][0] or not torch.equal(given[name][0], given[name][1]))
     plain = {str(k): _plain(v) for k, v in out.items()} if isinstance(out, dict) else {"__not_a_dict__": _plain(out)}
     again = function(model_for(case), case.splits, case.n_batches, case.B, case.T, **kwargs)  # the same call again
     same = isinstance(out, dict) and isinstance(again, dict) and out.keys() == again.keys() and all(
         isinstance(out[k], float) and out[k] == again[k] for k in out)
     return {"out": plain, "forwards": seen, "modes_after": [m.training for m in model.modules()],
-            "grads": [n for n, p in model.named_parameters() if p.grad is not None], "same_again": same, "rng": rng}
+            "grads": [n for n, p in model.named_parameters() if p.grad is not None], "same_again": same, "rng": rng,
+            "splits_changed": changed, "returned_splits": out is splits}
 
 
 def _read(out):
@@ -230,6 +235,10 @@ def _form(what: str, case: Case, got, run: dict) -> str | None:
         return (f"{what} draws from PyTorch's global generator (its state moved during the call), which nothing here "
                 "should use: the model is measured in evaluation mode and every batch "
                 "comes from the split's own generator, get_batch(..., generator=generator).")
+    if run.get("splits_changed"):
+        return (f"{what} changed the caller's splits dict: afterwards its {run['splits_changed'][0]!r} entry is not the "
+                f"ids it held{' (the dict returned is the one given, its ids replaced by the losses)' if run.get('returned_splits') else ''}. "
+                "The caller measures again later, and trains, with that same dict: build a new dict for the losses.")
     if isinstance(out, dict) and "__not_a_dict__" in out:
         return (f"{what} returned {_words(out['__not_a_dict__'])}: return a dict with one Python float per split, "
                 "{name: mean loss}, with the names of splits as keys.")

@@ -110,6 +110,10 @@ def _loss_variants(logits: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> di
         "you flattened the targets in another order than the logits (y transposed, or the logits transposed "
         "before the reshape): row b * T + t of the logits must meet y[b, t]":
             F.cross_entropy(flat, y.transpose(0, 1).reshape(-1)),
+        "every target was scored under the first position's distribution (logits[:, 0] for every t). "
+        "gather(-1, index) reads, at each place of index, along the last axis: with y.unsqueeze(-1), of shape "
+        "(B, T, 1), each position's own target; an index of shape (B, 1, T) reads position 0 only":
+            -torch.log_softmax(logits[:, :1], dim=-1).expand_as(logits).gather(-1, y.unsqueeze(-1)).mean(),
         **{f"you used label smoothing ({eps}): this loss is the plain cross-entropy, F.cross_entropy(logits, y)":
            F.cross_entropy(flat, targets, label_smoothing=eps) for eps in (0.1, 0.05, 0.2, 0.01)},
     }

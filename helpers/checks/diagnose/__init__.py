@@ -24,7 +24,13 @@ Shape legend: B batch, T time (sequence length), C embedding size (emb_dim), V v
 """
 
 from helpers.checks.diagnose.case import _Case, _where
-from helpers.checks.diagnose.clashes import ALTERNATIVES, BROADCAST_HINTS, Clash, broadcast_hints
+from helpers.checks.diagnose.clashes import (
+    ALTERNATIVES,
+    BROADCAST_HINTS,
+    STAR_FOR_MATMUL,
+    Clash,
+    broadcast_hints,
+)
 from helpers.checks.diagnose.exceptions import (
     ESTABLISHED,
     SIZE_WRITTEN_IN,
@@ -83,6 +89,7 @@ __all__ = [
     "BROADCAST_HINTS",
     "DESCRIBE_ONLY",
     "ESTABLISHED",
+    "STAR_FOR_MATMUL",
     "LEGEND",
     "NOTHING",
     "RULES",

@@ -83,6 +83,107 @@ def _dropped_axis(clash: Clash) -> Finding:
     return NOTHING
 
 
+_REDUCED_HERE = re.compile(r"([A-Za-z_][\w.]*)\.(sum|mean|amax|amin|var|std|norm|prod|logsumexp)\(\s*(?:dim\s*=\s*)?(-?\d+)\s*\)")
+
+
+def _reduced_here(clash: Clash) -> Finding:
+    """``exp / exp.sum(dim=-1)``: the line reduces one of its tensors over an axis without keepdim, and
+    the shape that leaves, lined up against a tensor of the line, clashes at exactly PyTorch's two sizes."""
+    code = clash.source.split("#")[0]
+    tensors = {name: v for name, v in clash.values if isinstance(v, torch.Tensor)}
+    for m in _REDUCED_HERE.finditer(code):
+        name, how, dim = m.group(1), m.group(2), int(m.group(3))
+        v = tensors.get(name)
+        if v is None or v.dim() < 2 or not -v.dim() <= dim < v.dim():
+            continue
+        left = tuple(v.shape[:dim % v.dim()]) + tuple(v.shape[dim % v.dim() + 1:])
+        for other, u in tensors.items():
+            if u.dim() >= len(left) + 1 and _first_clash(left, u.shape) == {clash.a, clash.b}:
+                kept = tuple(v.shape[:dim % v.dim()]) + (1,) + tuple(v.shape[dim % v.dim() + 1:])
+                return Finding(f" `{m.group(0)}` has shape {left}: the {how} drops axis {dim}, so lined up from the right "
+                               f"against {other} {tuple(u.shape)} its axes meet the wrong ones. keepdim=True keeps the "
+                               f"axis as size 1, {kept}, and it broadcasts along it.", "a reduction without keepdim")
+    return NOTHING
+
+
+def _per_row_vector(clash: Clash) -> Finding:
+    """A 1-D tensor whose length is the first axis of a tensor of the line, met at the last axis of
+    the broadcast: one value per row lined up with the columns."""
+    tensors = [(name, v) for name, v in clash.values if isinstance(v, torch.Tensor)]
+    for name, v in tensors:
+        if v.dim() != 1 or v.shape[0] not in (clash.a, clash.b) or clash.a == clash.b:
+            continue
+        n, met = int(v.shape[0]), clash.b if v.shape[0] == clash.a else clash.a
+        rows = next(((o, u) for o, u in tensors if u.dim() >= 2 and u.shape[0] == n and u.shape[-1] != n), None)
+        if rows is None:
+            continue
+        letter = _letter(n, clash.sizes)
+        return Finding(f" {name} ({n},) lines up with the last axis of what it meets (size {met} there), not with its first: "
+                       f"if it holds one value per row (its length is the first axis of {rows[0]} {tuple(rows[1].shape)}"
+                       f"{f', {letter}' if letter else ''}), make it a column, {name}[:, None] of shape ({n}, 1), so that "
+                       "it broadcasts along the rest.", "a per-row vector lined up with the last axis")
+    return NOTHING
+
+
+def _one_axis_misplaced(clash: Clash) -> Finding:
+    """A tensor with a size-1 axis inside its shape ((T, 1, C)) that clashes with another of the line,
+    and would broadcast against it with that axis first, or without it."""
+    tensors = [(name, v) for name, v in clash.values if isinstance(v, torch.Tensor)]
+    for name, v in tensors:
+        ones = [i for i in range(1, v.dim()) if v.shape[i] == 1]
+        for other, u in tensors:
+            if u is v or u.dim() < v.dim() or _first_clash(v.shape, u.shape) != {clash.a, clash.b}:
+                continue
+            for i in ones:
+                rest = tuple(v.shape[:i]) + tuple(v.shape[i + 1:])
+                if _first_clash((1, *rest), u.shape) is None:
+                    return Finding(f" {name} {tuple(v.shape)} has a size-1 axis at position {i}: lined up from the right "
+                                   f"against {other} {tuple(u.shape)}, its other axes meet the wrong ones. With that axis "
+                                   f"first, {(1, *rest)}, or without it, {rest}, it broadcasts.",
+                                   "a size-1 axis at the wrong position")
+    return NOTHING
+
+
+def _merged_axes(clash: Clash) -> Finding:
+    """An axis whose size is B × T (no letter of its own) on a line where another tensor keeps B and T
+    apart: the two were flattened into one."""
+    sizes = clash.sizes or {}
+    B, T = sizes.get("B"), sizes.get("T")
+    if not (isinstance(B, int) and isinstance(T, int) and B > 1 and T > 1) or B * T in sizes.values():
+        return NOTHING
+    tensors = [(name, v) for name, v in clash.values if isinstance(v, torch.Tensor)]
+    for name, v in tensors:
+        if B * T not in v.shape or B * T not in (clash.a, clash.b):
+            continue
+        for other, u in tensors:
+            if u.dim() >= 2 and tuple(u.shape[:2]) == (B, T):
+                return Finding(f" {name} {tuple(v.shape)} has an axis of {B * T} = B × T ({B} × {T}) where {other} "
+                               f"{tuple(u.shape)} keeps B and T apart: were the two flattened into one (a view(-1) or "
+                               "reshape over both, a repeat of a (T,) tensor B times)? Keep them as two axes, or leave the "
+                               "batch axis out where every row gets the same values.", "B and T flattened into one axis")
+    return NOTHING
+
+
+#: the cause a hint reads off the failing line alone (its operator and its tensors' shapes): a check's
+#: own guess about the error gives way to it (``helpers.checks.errors.caught``)
+STAR_FOR_MATMUL = "an elementwise * where a matrix product was meant"
+
+
+def _star_for_matmul(clash: Clash) -> Finding:
+    """``B * A`` where B is (m, r) and A is (r, n): the shapes of a matrix product's two sides, met by
+    an elementwise product (which lines up (m, r) with (r, n) from the right, and clashes)."""
+    code = clash.source.split("#")[0]
+    mats = [(name, v) for name, v in clash.values if isinstance(v, torch.Tensor) and v.dim() == 2]
+    for (n1, v1), (n2, v2) in itertools.permutations(mats, 2):
+        if v1.shape[1] != v2.shape[0] or {clash.a, clash.b} != (_first_clash(v1.shape, v2.shape) or set()):
+            continue
+        if re.search(rf"(?<![\w.]){re.escape(n1)}\s*\*\s*{re.escape(n2)}(?![\w.(])", code):
+            return Finding(f" `{n1} * {n2}` multiplies entry by entry, and {tuple(v1.shape)} and {tuple(v2.shape)} are the "
+                           f"shapes of a matrix product's two sides: {n1} @ {n2} is {(v1.shape[0], v2.shape[1])}. "
+                           "Was @ meant?", STAR_FOR_MATMUL)
+    return NOTHING
+
+
 def _transposed_pair(clash: Clash) -> Finding:
     """Two matrices of the line whose shapes are each other's reversed: one of them needs a transpose."""
     mats = [(name, v) for name, v in clash.values if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[0] != v.shape[1]]
@@ -93,6 +194,11 @@ def _transposed_pair(clash: Clash) -> Finding:
             return Finding(f" {n1} {tuple(v1.shape)} is the shape of {n2} {tuple(v2.shape)} transposed: one of them "
                            "needs .T (nn.Linear stores its weight as (out_features, in_features)).",
                            "a matrix that needs .T")
+    batched = [(name, v) for name, v in clash.values if isinstance(v, torch.Tensor) and v.dim() > 2]
+    for (n1, v1), (n2, v2) in itertools.product(mats, batched):  # a (T_total, T_new) mask against (..., T_new, T_total)
+        if tuple(v1.shape) == tuple(reversed(v2.shape[-2:])) and _first_clash(v1.shape, v2.shape) == {clash.a, clash.b}:
+            return Finding(f" {n1} {tuple(v1.shape)} has the last two axes of {n2} {tuple(v2.shape)} the other way round: "
+                           f"was {n1} built transposed (its rows where its columns should be)?", "a matrix that needs .T")
     return NOTHING
 
 
@@ -101,7 +207,8 @@ def _outer_pair(clash: Clash) -> Finding:
     a, b, k, values = clash.a, clash.b, clash.k, clash.values
     ones = [(name, v.shape[0]) for name, v in values
             if isinstance(v, torch.Tensor) and v.dim() == 1 and v.shape[0] in (a, b)]
-    if k != 0 or not ones or any(isinstance(v, torch.Tensor) and v.dim() > 1 for _, v in values):
+    made_here = "arange(" in clash.source.split("#")[0]  # a 1-D tensor the line makes: the tensors it names may be bystanders
+    if k != 0 or not ones or (not made_here and any(isinstance(v, torch.Tensor) and v.dim() > 1 for _, v in values)):
         return NOTHING
     name, length = ones[0]
     other = next((f"{n} ({size},)" for n, size in ones[1:] if size != length), f"one of length {b if length == a else a}")
@@ -211,7 +318,8 @@ def _ids_into_linear(values, linear: bool) -> str:
 
 #: the hints tried one after another: the first that finds something is told
 ALTERNATIVES: list[Callable[[Clash], Finding]] = [
-    _copied_into_other_sizes, _transposed_pair, _outer_pair, _built_from_batch, _kept_no_axis, _unsqueezed, _dropped_axis,
+    _copied_into_other_sizes, _star_for_matmul, _transposed_pair, _outer_pair, _built_from_batch, _reduced_here, _kept_no_axis,
+    _one_axis_misplaced, _merged_axes, _per_row_vector, _unsqueezed, _dropped_axis,
 ]
 
 #: every hint of a broadcasting clash (tests/test_diagnose_silence.py runs each where its cause is absent)

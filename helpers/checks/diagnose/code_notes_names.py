@@ -28,7 +28,7 @@ def notebook_names(tree: ast.AST, fn: types.FunctionType, where: Where) -> list[
     unread = [a for a in arguments if a not in read and a not in ("self", "cls") and not a.startswith("_")]
     cell = "".join(linecache.getlines(fn.__code__.co_filename))
     top = _top_level(cell)
-    notes, seen = [], set()
+    notes, seen = [], set(_written_into(tree))  # a container the function fills is kept between calls: its own note
     for node in ast.walk(tree):
         if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
             continue
@@ -56,6 +56,22 @@ def notebook_names(tree: ast.AST, fn: types.FunctionType, where: Where) -> list[
                          f"sets it at its top (line {line}, `{text}`; now {shown}), so every call uses that one value, "
                          f"whatever it is given: right for the sizes it was tried on, not for others. Was {meant} meant?")
     return notes
+
+
+#: methods that change the container they are called on
+_FILLING = frozenset("append extend insert update setdefault add pop popitem remove discard clear".split())
+
+
+def _written_into(tree: ast.AST) -> set[str]:
+    """Names whose object the function changes: ``name[key] = ...``, ``name.append(...)``."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) and isinstance(node.value, ast.Name):
+            found.add(node.value.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLING \
+                and isinstance(node.func.value, ast.Name):
+            found.add(node.func.value.id)
+    return found
 
 
 def arguments_overwritten(tree: ast.AST, fn: types.FunctionType, where: Where) -> list[str]:

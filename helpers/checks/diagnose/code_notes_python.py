@@ -206,3 +206,54 @@ def data_read(tree: ast.AST, where: Where) -> list[str]:
             return [f"{where.line(node)} reads `{where.text(node)}`: `.data` is the tensor's values outside autograd, "
                     "so no gradient flows back through anything computed from it."]
     return []
+
+
+def _holds_a_list(node: ast.AST) -> bool:
+    """``[[0] * n]``, ``[[]]``, ``[[0, 0]]``: a list literal whose element is itself a list."""
+    return isinstance(node, ast.List) and len(node.elts) == 1 and (
+        isinstance(node.elts[0], (ast.List, ast.ListComp))
+        or isinstance(node.elts[0], ast.BinOp) and isinstance(node.elts[0].op, ast.Mult)
+        and isinstance(node.elts[0].left, ast.List))
+
+
+def repeated_inner_list(tree: ast.AST, where: Where) -> list[str]:
+    """``[[0] * n] * m``: ``*`` repeats the one inner list m times, so the m rows are one object and a
+    write into any row is seen in all of them."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and (_holds_a_list(node.left) or _holds_a_list(node.right)):
+            return [f"{where.line(node)}, `{where.text(node)}`: `*` repeats one inner list, so every row is the same list "
+                    "object and a write into one row is seen in all of them. Rows of their own come from a "
+                    "comprehension, `[[0] * n for _ in range(m)]`."]
+    return []
+
+
+def written_while_read(tree: ast.AST, where: Where) -> list[str]:
+    """``g * g.sigmoid_()``: an in-place method changes an object that the same expression also reads;
+    both reads see the changed object (the product is sigmoid(g) * sigmoid(g))."""
+    for statement in _statements(tree):
+        if isinstance(statement, (ast.FunctionDef, ast.ClassDef, ast.For, ast.While, ast.If, ast.With, ast.Try)):
+            continue
+        for call in ast.walk(statement):
+            func = getattr(call, "func", None)
+            if not (isinstance(call, ast.Call) and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                    and func.attr.endswith("_") and not func.attr.startswith("_")):
+                continue
+            name = func.value.id
+            inside = {id(n) for n in ast.walk(call)}  # the call's own arguments are read before it writes
+            others = [n for n in _names(statement) if n.id == name and id(n) not in inside and isinstance(n.ctx, ast.Load)]
+            if others:
+                return [f"{where.line(call)}, `{where.text(statement).strip()}`: `{where.text(call)}` changes `{name}` in "
+                        f"place while the same statement also uses `{name}`: it is one object, so every use sees the "
+                        f"changed values, one written before the call too. Was the out-of-place `{func.attr[:-1]}` meant?"]
+    return []
+
+
+def bare_squeeze(tree: ast.AST, where: Where) -> list[str]:
+    """``x.squeeze()`` with no axis: it drops every axis of size 1, so an input whose batch (or time)
+    happens to be 1 loses that axis too."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "squeeze" \
+                and not node.args and not node.keywords:
+            return [f"{where.line(node)}, `{where.text(node)}`: squeeze() with no axis drops every axis of size 1, so a "
+                    "batch of one (or a single position) loses its axis too. Was one axis meant, squeeze(-1)?"]
+    return []

@@ -28,15 +28,16 @@ TWICE_TELLS = ("B", "nh", "n_kv")
 
 
 def _letter(size: int, sizes: dict[str, int] | None) -> str | None:
-    """The legend letter whose size is ``size``, when exactly one has it (or a product nh·hs)."""
+    """The legend letter whose size is ``size``, when exactly one has it (or one product, nh·hs or B·T,
+    when no letter has it: heads side by side, or a batch flattened with its time axis)."""
     if not sizes:
         return None
     names = [k for k, v in sizes.items() if isinstance(v, int) and v == size]
     if len(names) == 1:
         return names[0]
-    if not names and "nh" in sizes and "hs" in sizes and sizes["nh"] * sizes["hs"] == size:
-        return "nh·hs"
-    return None
+    products = [f"{a}·{b}" for a, b in (("nh", "hs"), ("B", "T")) if isinstance(sizes.get(a), int)
+                and isinstance(sizes.get(b), int) and sizes[a] > 1 and sizes[b] > 1 and sizes[a] * sizes[b] == size]
+    return products[0] if not names and len(products) == 1 else None
 
 
 def _name(letter: str) -> str:
