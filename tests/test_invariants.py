@@ -194,6 +194,14 @@ CASES = {
         "09-fast-generation", "cached-attention", [("mask = torch.ones(T_new, T_total, dtype=torch.bool, device=x.device).tril(diagonal=T_past)",
                                                     "mask = torch.arange(T_total)[:, None] <= torch.arange(T_new)[None, :]")],
         "check_cached_attention", "CachedSelfAttention", ["the first call (no cache) ran but its output was already wrong"]),
+    "a loader that transposes the caller's checkpoint in place": (
+        "10-gpt2", "load-gpt2", [('qkv_weight = state_dict[h + "attn.c_attn.weight"].T  # (C, 3C) -> (3C, C)',
+                                  'qkv_weight = state_dict[h + "attn.c_attn.weight"].t_()  # (C, 3C) -> (3C, C)')],
+        "check_load_gpt2", "load_gpt2_state_dict", ["the caller's checkpoint came back changed", "changed in place"]),
+    "a loader that pops the caller's entries": (
+        "11-modern-block", "load-llama", [('block.get_submodule(ours).weight.copy_(state_dict[f"model.layers.{i}.{theirs}.weight"])',
+                                           'block.get_submodule(ours).weight.copy_(state_dict.pop(f"model.layers.{i}.{theirs}.weight"))')],
+        "check_load_llama", "load_llama_state_dict", ["the caller's checkpoint came back changed", "removed from it"]),
     "every target scored under the first position": (
         "07-training", "train-step", [("loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))",
                                        "loss = -torch.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(1)).mean()")],

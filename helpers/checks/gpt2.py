@@ -33,8 +33,11 @@ from helpers.checks.gpt2_format import (
     WatchedCheckpoint,
     _cause,
     _same,
+    changed_message,
+    checkpoint_changed,
     gpt2_format_checkpoint,
     gpt2_shaped_config,
+    kept,
     key_error_facts,
     key_error_hint,
     shared_message,
@@ -197,6 +200,7 @@ def _probe_load(cases):
             seed, V, P, C, L, nh, B, T, dtype = case
             model = _fresh_model(case)  # seeded: a weight left unloaded keeps known values
             checkpoint = WatchedCheckpoint(_checkpoint(case))
+            before = kept(checkpoint)
             try:
                 returned = load_gpt2_state_dict(model, checkpoint)
                 params = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
@@ -208,7 +212,8 @@ def _probe_load(cases):
                 runs.append({**caught(exc, {"V": V, "C": C}), **key_error_facts(load_gpt2_state_dict, lambda c=case: _fresh_model(c), checkpoint, exc)})
                 continue
             runs.append({"params": params, "tied": tied, "outputs": outputs, "shared": shared, "dtypes": dtypes,
-                         "returned": "the model" if returned is model else describe(returned)})
+                         "returned": "the model" if returned is model else describe(returned),
+                         "checkpoint_changed": checkpoint_changed(checkpoint, before)})
         return {"runs": runs}
 
     return probe
@@ -282,13 +287,15 @@ def _judge_load(cases):
                                   "copy into the existing parameters (weight.copy_(...)) so the head stays tied.")
             if run.get("shared"):
                 raise CheckFailed(shared_message(what, run["shared"]))
+            if run.get("checkpoint_changed"):
+                raise CheckFailed(changed_message(what, run["checkpoint_changed"]))
             if run.get("returned") != "the model":
                 raise CheckFailed(f"{what}: the weights load, but the function returned {run.get('returned')}; return the "
                                   "model (as the docstring says), so that model = load_gpt2_state_dict(model, sd) works.")
         sizes = "; ".join(_case_text(c) for c in cases)
         return (f"load_gpt2_state_dict: {sizes}: every sub-layer's output (embeddings, ln_1, attention, ln_2, MLP of "
                 "every layer, the final norm and the logits) matches the reference; lm_head stays tied; no parameter is a "
-                "view of the checkpoint; the model is returned.")
+                "view of the checkpoint, which is left as it was; the model is returned.")
 
     return judge
 

@@ -50,7 +50,8 @@ exercise must also hold, and where it is checked:
   ``estimate_loss`` leaves the caller's splits dict as it was (no loss written into it); ``decode``
   leaves the caller's list of ids as it was (no pop); ``encode`` returns a new list at every call (a
   memo that hands out its own list is seen when the caller appends to what it got and encodes the
-  same text again).
+  same text again); GPT-2's and Llama's loaders leave the caller's checkpoint as they found it (no entry
+  popped, replaced or transposed in place: ``gpt2_format.checkpoint_changed``).
 * **work done, step by step** (``generate_cached``): the positions each call to forward_cached
   computes are compared with the lesson's rule step by step, so the steps that ran more than the
   newest token are named with the text's length then, not "every step".
