@@ -124,6 +124,11 @@ EXAMPLES = {
     "one inner list repeated for every row": (
         "def f(ids, B, T):\n    rows = [[0] * T] * B\n    for b in range(B):\n        rows[b][0] = ids[b]\n"
         "    return rows\n", "f", ["`[[0] * T] * B`: `*` repeats one inner list", "`[[0] * n for _ in range(m)]`"]),
+    "torch.tensor of an argument": (
+        "def f(x, w):\n    x = torch.tensor(x)\n    return x @ w\n", "f",
+        ["torch.tensor of a tensor copies its values into a new tensor outside autograd", "`x.clone()`"]),
+    "linspace with its end point": (
+        "def f(T):\n    return torch.linspace(0, T, T).long()\n", "f", ["linspace includes its end", "torch.arange(T)"]),
     "squeeze with no axis": (
         "def f(draws):\n    return draws.squeeze()\n", "f", ["squeeze() with no axis drops every axis of size 1"]),
     "an in-place method on a name the same statement reads": (
@@ -147,6 +152,8 @@ def test_python_semantics_notes_stay_silent_where_the_code_is_right():
         "a checkpoint's tensor given to .data": "def f(layer, sd):\n    layer.weight.data = sd['w'].T\n    return layer\n",
         "rows of their own": "def f(B, T):\n    return [[0] * T for _ in range(B)]\n",
         "squeeze of one axis": "def f(draws):\n    return draws.squeeze(-1)\n",
+        "a list made a tensor": "def f(ids):\n    rows = [i + 1 for i in ids]\n    return torch.tensor(rows)\n",
+        "linspace over a range of its own": "def f(T):\n    return torch.linspace(0, 1, T)\n",
         "a flat list repeated": "def f(B):\n    return [0] * B + [None] * 2\n",
         "an in-place method whose own arguments read the name": "def f(x):\n    x = x.clone()\n"
                                                                 "    x.masked_fill_(x == 0, 1.0)\n    return x.mul_(2)\n",

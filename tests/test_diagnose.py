@@ -457,6 +457,12 @@ class NoSuper(nn.Module):
 def append_ids(ids, next_ids):
     return torch.cat([ids, next_ids.unsqueeze(0)], dim=1)
 
+def append_row(ids, next_ids):
+    return torch.cat([ids, next_ids.reshape(1, -1)], dim=1)
+
+def byte_tensor(data):
+    return torch.tensor(list(data), dtype=torch.int8)
+
 def logits(x, table):
     return x @ table
 
@@ -552,6 +558,10 @@ def test_python_and_loss_errors_that_name_their_likely_cause(cell):
     assert "F.cross_entropy takes logits of shape (N, V)" in flat and "logits.reshape(-1, V)" in flat
     cat = explain_exception(raised(cell["append_ids"], torch.zeros(2, 6), torch.zeros(2)))
     assert "torch.cat joins tensors along dim 1" in cat and "make it (B, 1) with unsqueeze(1)" in cat
+    row = explain_exception(raised(cell["append_row"], torch.zeros(2, 6), torch.zeros(2)))
+    assert ".reshape(1, -1) makes a row, (1, N)" in row and "reshape(-1, 1) or unsqueeze(1)" in row
+    byte = explain_exception(raised(cell["byte_tensor"], "é".encode()))
+    assert "int8 holds the integers -128 ... 127 only" in byte and "torch.uint8 holds it" in byte
     numpy = explain_exception(raised(cell["row_max"], X))
     assert "numpy's keyword names (axis=, keepdims=)" in numpy and "x.max(dim=-1, keepdim=True).values" in numpy
     no_super = explain_exception(raised(cell["NoSuper"]))

@@ -202,6 +202,33 @@ CASES = {
         "11-modern-block", "load-llama", [('block.get_submodule(ours).weight.copy_(state_dict[f"model.layers.{i}.{theirs}.weight"])',
                                            'block.get_submodule(ours).weight.copy_(state_dict.pop(f"model.layers.{i}.{theirs}.weight"))')],
         "check_load_llama", "load_llama_state_dict", ["the caller's checkpoint came back changed", "removed from it"]),
+    "a table recognised by its values": (
+        "07-training", "param-groups", [("and id(m.weight) not in tables]",
+                                         "and not any(torch.equal(m.weight, e.weight) for e in model.modules() "
+                                         "if isinstance(e, nn.Embedding) and e.weight.shape == m.weight.shape)]")],
+        "check_param_groups_hidden", "param_groups", ["is a table recognised by its values"]),
+    "greedy that keeps the last of tied largest logits": (
+        "08-generation", "sample-next", [("return logits.argmax(dim=-1)", "return logits.argsort(dim=-1)[..., -1]")],
+        "check_sample_next_hidden", "sample_next", ["a tie, 1.25 each", "argmax takes the first, 0"]),
+    "logits regrouped in memory order as if the class axis moved to the front": (
+        "02-language-models", "cross-entropy", [("rows = logits.reshape(-1, V)  # (N, V), N = B*T", "rows = logits.reshape(V, -1).T")],
+        "check_cross_entropy", "cross_entropy", ["reshape(V, -1).T", "re-reads the numbers in memory order"]),
+    "logits reshaped to (B, V, T) for the classes in dimension 1": (
+        "07-training", "train-step", [("loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))",
+                                       "loss = F.cross_entropy(logits.reshape(B, V, T), y)")],
+        "check_train_step", "train_step", ["a reshape to (B, V, T)"]),
+    "rotated halves interleaved on the way back": (
+        "09-fast-generation", "rotary", [("return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)",
+                                          "return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)")],
+        "check_rope", "apply_rope", ["the pairs are the lesson's", "written back to other places"]),
+    "heads split with one view": (
+        "09-fast-generation", "cached-attention", [("q = self.query(x).view(B, T_new, nh, hs).transpose(1, 2)",
+                                                    "q = self.query(x).view(B, nh, T_new, hs)"),
+                                                   ("k = self.key(x).view(B, T_new, nh, hs).transpose(1, 2)",
+                                                    "k = self.key(x).view(B, nh, T_new, hs)"),
+                                                   ("v = self.value(x).view(B, T_new, nh, hs).transpose(1, 2)",
+                                                    "v = self.value(x).view(B, nh, T_new, hs)")],
+        "check_cached_attention", "CachedSelfAttention", ["the heads were split with one view to (B, nh, T_new, hs)"]),
     "every target scored under the first position": (
         "07-training", "train-step", [("loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))",
                                        "loss = -torch.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(1)).mean()")],

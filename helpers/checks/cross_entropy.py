@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from helpers.checks.core import (
     CheckFailed,
@@ -107,6 +108,30 @@ def _probe_ce(cases):
     return probe
 
 
+#: the words of a loss whose rows were regrouped by a reshape that re-reads memory in order
+MEMORY_ORDER = ("the logits were regrouped with a reshape {how}, which re-reads the numbers in memory order: each "
+                "'row' of V scores then mixes the scores of several positions, and the targets meet the wrong ones. "
+                "reshape never moves an axis: flatten the (..., V) logits as they are, reshape(-1, V), or move the "
+                "class axis with transpose / permute")
+
+
+def memory_order_variants(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The mean cross-entropy of (B, T, V) logits regrouped in memory order where an axis was to move."""
+    if logits.ndim != 3 or logits.shape[-1] == logits.shape[1]:
+        return {}
+    B, T, V = logits.shape
+    y = targets.reshape(B, T)
+    return {
+        MEMORY_ORDER.format(how="(reshape(V, -1).T, as if it moved the class axis to the front)"):
+            F.cross_entropy(logits.reshape(V, -1).T, y.reshape(-1)),
+        MEMORY_ORDER.format(how="to (B, V, T), as if it moved the classes to dimension 1 (that is transpose(1, 2))"):
+            F.cross_entropy(logits.reshape(B, V, T), y),
+        MEMORY_ORDER.format(how="(-1, V) after the classes were moved to dimension 1 (permute(0, 2, 1)): after a "
+                                "permute the last axis is T"):
+            F.cross_entropy(logits.permute(0, 2, 1).reshape(-1, V), y.reshape(-1)),
+    }
+
+
 def ce_variants(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
     """The loss under each classic mistake (float64 inputs)."""
     V = logits.shape[-1]
@@ -168,6 +193,7 @@ def ce_variants(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.
         variants["you gathered along dim 0, the rows: gather(0, t) picks logp[t[i], 0], column 0 of row t[i]; the "
                  "target is a column of each row: logp.gather(1, targets.unsqueeze(1)), or "
                  "logp[torch.arange(N), targets]"] = -logp.gather(0, wanted.unsqueeze(1)).squeeze(1).mean()
+    variants.update(memory_order_variants(logits, targets))
     for dim in range(logits.ndim - 1) if logits.ndim >= 3 else ():
         wrong = torch.log_softmax(logits, dim=dim).reshape(-1, V)
         variants[f"the softmax runs over dimension {dim}, not over the vocabulary (the last dimension)"] = loss(wrong)
@@ -247,8 +273,10 @@ def _judge_ce(cases):
                 if kind == "far":
                     raise CheckFailed(
                         f"{what} returned {got.item()} where each target's logit is 800 below its row's "
-                        "largest: the softmax of the target underflows to 0 and log(0) = -inf. Never take the "
-                        "log of a softmax: compute the log-softmax directly, shifted - log(sum(exp(shifted))). "
+                        "largest. Two computations give that: a log of a softmax (the target's softmax underflows "
+                        "to 0, and log(0) = -inf), or an exp of logits shifted by anything but each row's largest "
+                        "(what is left is hundreds, and its exp overflows). Compute the log-softmax directly, "
+                        "shifted by each row's maximum: shifted - log(sum(exp(shifted))). "
                         f"Expected {expected.item():.6g}."
                     )
             cut = run.get("no_grad") and bool(torch.isfinite(got)) and close(expected, got, 1e-4, 1e-4)

@@ -45,7 +45,9 @@ exercise must also hold, and where it is checked:
 * **names and kinds**: a layer of a subclass of nn.Linear is an nn.Linear (``param_groups``); a
   target names a layer's whole last name, not its end (``add_lora``); a model's layers are
   searched through the whole tree (both); a config's option read at run time is an equal string,
-  not the same object (``modern_options``).
+  not the same object (``modern_options``); a table is the same tensor, not equal values (``param_groups``
+  gets an untied head that starts as a copy of the table); greedy ``sample_next`` is the argmax, the
+  first of tied largest logits (a hidden row has a tie at the top).
 * **what a function hands back and what it was handed** (lists and dicts, not only tensors):
   ``estimate_loss`` leaves the caller's splits dict as it was (no loss written into it); ``decode``
   leaves the caller's list of ids as it was (no pop); ``encode`` returns a new list at every call (a
@@ -58,6 +60,10 @@ exercise must also hold, and where it is checked:
 * **a call that raises after earlier calls ran** (cached attention): the earlier calls' outputs are
   compared first; when one of them was already wrong, the message says so instead of placing the
   error in the code that uses the cache.
+* **axes regrouped in memory order** (a reshape or view where an axis was to move): a loss whose rows
+  were regrouped (reshape(V, -1).T, reshape(B, V, T), a flatten after a permute: ``cross_entropy`` and
+  the training step), heads split with one view (cached attention), RoPE's turned halves interleaved
+  on the way back: each a variant that must reproduce the student's values before it is named.
 * **sizes past the lesson's own**: a sequence longer than a table built for the lesson's sizes (the
   position embeddings), a list as long as a text (``count_pairs``): a value kept from trying the
   function out (a global, a slice) fails there, and ``code_notes_names`` says which name it read.

@@ -27,7 +27,8 @@ from helpers.checks.core import CheckFailed, close, describe, first_mismatch, id
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.invariants import with_zero_position
-from helpers.checks.kv_cache_known import MISTAKES, chained
+from helpers.checks.kv_cache_known import chained
+from helpers.checks.kv_cache_mistakes import MISTAKES
 from helpers.checks.kv_cache_reuse import from_a_given_cache, given_cache_told
 from helpers.checks.verdict import load_weights, tolerance
 
@@ -273,7 +274,7 @@ def _judge(with_kv: bool, name: str, cases):
             output_shapes(what, run, expected, chunks, nh, hs, tol, sizes)
             got = torch.cat(run["outs"], dim=1)
             if not close(expected, got, tol, tol):
-                flavours = ["mask-not-offset", "no-mask", "self-hidden", "returns-v-k", "cache-ignored", "new-first", "sqrt-C", "v-from-k-cache",
+                flavours = ["mask-not-offset", "no-mask", "self-hidden", "view-split", "returns-v-k", "cache-ignored", "new-first", "sqrt-C", "v-from-k-cache",
                             "k-from-v-cache", "values-are-keys"]
                 if with_kv and nh != n_kv:
                     flavours.insert(0, "tiled")

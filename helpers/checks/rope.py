@@ -116,6 +116,12 @@ def _pairing(basis, hs: int) -> str | None:
     if reads == want or any(len(r) != 2 for r in reads):  # a rotation of pairs, but not of these pairs
         return None
     shown = "; ".join(f"{i} from {' and '.join(map(str, r))}" for i, r in enumerate(reads[:4]))
+    if sorted(map(tuple, reads)) == sorted(map(tuple, want)):  # the lesson's pairs, written back to other places
+        return (f"the pairs are the lesson's, (0, {half}), (1, {half + 1}), ..., but the turned pairs are written back to "
+                f"other places: with every row at one position, your output feature {shown.replace(' from ', ' is made from input features ', 1)}"
+                f"{', and so on' if hs > 4 else ''}. Feature i and feature i + hs/2 go back where they came from: the first "
+                "halves, then the second halves (torch.cat of the two halves; stacking them on a new last axis and "
+                "flattening interleaves them)")
     wanted = ", ".join(f"({i}, {i + half})" for i in range(min(half, 3)))
     return (f"the features are paired wrongly (the other half of each pair is not hs/2 away): with every row at one "
             f"position, your output feature {shown.replace(' from ', ' is made from input features ', 1)}"

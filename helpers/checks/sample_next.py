@@ -41,7 +41,7 @@ SAMPLE_HIDDEN_CASES = [
     ("temperature 0.01", [2.0, 1.0, 1.995, -1.0, 0.5], 0.01, None, None),  # logits / temperature reach 200
 ]
 GREEDY_ROWS = [[0.1, 2.0, -1.0, 0.5, 0.3], [1.5, -0.5, 0.2, 1.4, 0.0], [-0.3, -0.2, -0.1, -0.4, -0.6]]
-GREEDY_HIDDEN_ROWS = [[0.4, -0.1, 0.2, 0.9], [2.0, 1.0, 3.0, -1.0]]
+GREEDY_HIDDEN_ROWS = [[0.4, -0.1, 0.2, 0.9], [2.0, 1.0, 3.0, -1.0], [1.25, 0.5, 1.25, -1.0]]  # the last: a tie at the top
 
 
 def intended(row, temperature, top_k, top_p) -> torch.Tensor:
@@ -291,8 +291,18 @@ def _judge_greedy(rows, greedy, shapes) -> None:
                           "index of the largest logit in the whole batch flattened: argmax without dim= flattens; "
                           f"take it over the last dimension, argmax(dim=-1), one id per row ({want.tolist()}).")
     if not isinstance(batch, torch.Tensor) or batch.shape != want.shape or not torch.equal(batch.long(), want):
+        tie = ""
+        if isinstance(batch, torch.Tensor) and batch.shape == want.shape:
+            wrong = (batch.long() != want).nonzero().flatten().tolist()
+            top = [rows[r].eq(rows[r].max()).nonzero().flatten().tolist() for r in wrong]
+            if wrong and all(len(t) > 1 and int(batch.reshape(-1)[r]) in t for r, t in zip(wrong, top, strict=True)):
+                r, t = wrong[0], top[0]
+                tie = (f" Row {r} has its largest logit at ids {t} (a tie, {float(rows[r].max()):g} each): argmax takes "
+                       f"the first, {t[0]}; yours took {int(batch.reshape(-1)[r])}, another of the tied ones. Is the largest "
+                       "taken from the end of an ascending sort (argsort(...)[..., -1]) or by a scan that keeps the last "
+                       "with >=? Greedy is the argmax, the first largest.")
         raise CheckFailed(f"{what} on a {tuple(rows.shape)} batch returned {describe(batch)} "
-                          f"{batch.tolist() if isinstance(batch, torch.Tensor) else ''}; greedy picks {want.tolist()}.")
+                          f"{batch.tolist() if isinstance(batch, torch.Tensor) else ''}; greedy picks {want.tolist()}.{tie}")
     if greedy["batch"].get("drew") is True:
         raise CheckFailed(f"{what} on a {tuple(rows.shape)} batch returned the right ids, but it drew from the generator "
                           "(its state moved): greedy takes the argmax and draws nothing. Is temperature 0 replaced by a "

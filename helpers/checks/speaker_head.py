@@ -119,7 +119,8 @@ def _variants(hidden, lengths, pooling, head) -> dict[str, torch.Tensor]:
     out = {
         "the last column, hidden[:, -1], is taken for every sequence: for one shorter than T that position is "
         "padding; the last real position of sequence b is lengths[b] - 1": head(hidden[:, -1]),
-        "the first position, hidden[:, 0], is taken: it has seen one character only": head(hidden[:, 0]),
+        "the first position, hidden[:, 0], is taken: it has seen one character only (argmax of a 0/1 mask, or "
+        "max's index, gives the first 1, the first real position; the last is lengths - 1)": head(hidden[:, 0]),
         "the mean runs over all T positions, padding included: average the first lengths[b] positions only": head(hidden.mean(dim=1)),
         "the real positions are summed but divided by T, not by each sequence's length": head((hidden * real).sum(dim=1) / T),
         "the real positions are summed and not divided by their number": head((hidden * real).sum(dim=1)),

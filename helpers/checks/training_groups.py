@@ -78,6 +78,7 @@ class Case:
     bias: bool = False  # attention's biases (lm) or the first Linear's (mixer)
     frozen: tuple[str, ...] = ()  # parameters handed over with requires_grad=False (fine-tuning freezes some)
     subclassed: bool = False  # (mixer) the output layer is of a subclass of nn.Linear
+    copied: bool = False  # (untied lm) the head starts as a copy of the table's values: equal values, two tensors
 
 
 CASES = [
@@ -91,6 +92,7 @@ HIDDEN_CASES = [
     Case("mixer", V=5, C=3, weight_decay=0.1, bias=False, subclassed=True),
     Case("lm", V=8, C=4, weight_decay=0.1, layers=2, tied=True,
          frozen=("pos_to_embedding.weight", "layers.0.attention.query.weight", "layers.1.norm_before_mlp.bias")),
+    Case("lm", V=9, C=6, weight_decay=0.1, layers=1, tied=False, copied=True),
 ]
 
 
@@ -105,6 +107,9 @@ def model_for(case: Case) -> nn.Module:
         n_layers=case.layers, tie_weights=case.tied, attn_bias=case.bias))
     for name in case.frozen:
         model.get_parameter(name).requires_grad_(False)
+    if case.copied:
+        with torch.no_grad():
+            model.lm_head.weight.copy_(model.word_to_embedding.weight)
     return model
 
 
@@ -198,6 +203,9 @@ def _rule(case: Case, name: str):
         decay = [p for m in linears for p in m.parameters() if id(p) not in tables]
     elif name == "tied-decayed":
         decay = [m.weight for m in linears]
+    elif name == "equal-values":  # a table recognised by its values, not as the same tensor
+        values = [m.weight for m in walked if isinstance(m, nn.Embedding)]
+        decay = [m.weight for m in linears if not any(m.weight.shape == t.shape and torch.equal(m.weight, t) for t in values)]
     else:  # the right decayed group, the other one built wrongly
         decay = [m.weight for m in linears if id(m.weight) not in tables]
     chosen = {id(p) for p in decay}
@@ -239,6 +247,9 @@ RULES = {
     "exact-type": "a layer of a subclass of nn.Linear (out, a Projection) keeps its weight out of weight decay: is "
                   "the layer recognised by its exact type (type(m) is nn.Linear)? A subclass of nn.Linear is an "
                   "nn.Linear, and its weight is decayed: isinstance(m, nn.Linear) says so",
+    "equal-values": "lm_head.weight holds the values of the embedding table but is a tensor of its own (an untied head "
+                    "that started as a copy), and it was kept out of decay: is a table recognised by its values "
+                    "(torch.equal, ==) instead of as the same tensor (is)? Only a tied head is the table",
     "swapped": "the two values are swapped: the Linear weights get weight_decay 0.0 and everything else weight_decay",
 }
 
@@ -303,7 +314,7 @@ def _reading(case: Case, got, expected) -> str:
 def _arguments(case: Case) -> str:
     if case.kind == "lm":
         shape = (f"lesson 06's TransformerLM, {case.layers} layer(s), {'tied' if case.tied else 'untied'}"
-                 f"{', attention with biases' if case.bias else ''}")
+                 f"{', attention with biases' if case.bias else ''}{', its head a copy of the table' if case.copied else ''}")
     elif case.kind == "bigram":
         shape = "lesson 02's bare-bones model (an embedding and its tied output layer)"
     else:

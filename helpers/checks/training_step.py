@@ -22,6 +22,7 @@ from helpers.checks.core import (
     runs,
     visible_and_hidden,
 )
+from helpers.checks.cross_entropy import memory_order_variants
 from helpers.checks.diagnose import case_sizes, explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.invariants import rng_watch
@@ -114,6 +115,7 @@ def _loss_variants(logits: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> di
         "gather(-1, index) reads, at each place of index, along the last axis: with y.unsqueeze(-1), of shape "
         "(B, T, 1), each position's own target; an index of shape (B, 1, T) reads position 0 only":
             -torch.log_softmax(logits[:, :1], dim=-1).expand_as(logits).gather(-1, y.unsqueeze(-1)).mean(),
+        **memory_order_variants(logits, y),
         **{f"you used label smoothing ({eps}): this loss is the plain cross-entropy, F.cross_entropy(logits, y)":
            F.cross_entropy(flat, targets, label_smoothing=eps) for eps in (0.1, 0.05, 0.2, 0.01)},
     }

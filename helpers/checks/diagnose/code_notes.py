@@ -111,7 +111,8 @@ def _function_notes(fn: types.FunctionType) -> list[str]:
     notes += python.late_bound_functions(tree, where) + python.identity_with_literal(tree, where)
     notes += python.invert_on_bool(tree, _bool_arguments(fn), where) + python.data_read(tree, where)
     notes += python.repeated_inner_list(tree, where) + python.written_while_read(tree, where)
-    notes += python.bare_squeeze(tree, where)
+    notes += python.bare_squeeze(tree, where) + python.copied_outside_autograd(tree, _parameters(fn), where)
+    notes += python.linspace_with_its_end(tree, where)
     notes += notebook_names(tree, fn, where)
     notes += arguments_overwritten(tree, fn, where)
     for node in ast.walk(tree):

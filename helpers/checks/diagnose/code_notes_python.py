@@ -257,3 +257,30 @@ def bare_squeeze(tree: ast.AST, where: Where) -> list[str]:
             return [f"{where.line(node)}, `{where.text(node)}`: squeeze() with no axis drops every axis of size 1, so a "
                     "batch of one (or a single position) loses its axis too. Was one axis meant, squeeze(-1)?"]
     return []
+
+
+def copied_outside_autograd(tree: ast.AST, parameters: set[str], where: Where) -> list[str]:
+    """``torch.tensor(x)`` of an argument: a new tensor with x's values, outside autograd, so no gradient
+    reaches x through it (``x.clone()`` copies and keeps the graph)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("tensor", "as_tensor") \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch" and node.args \
+                and isinstance(node.args[0], ast.Name) and node.args[0].id in parameters and node.func.attr == "tensor":
+            name = node.args[0].id
+            return [f"{where.line(node)}, `{where.text(node)}`: torch.tensor of a tensor copies its values into a new tensor "
+                    f"outside autograd, so nothing computed from it carries a gradient back to `{name}`. To copy and keep "
+                    f"the graph: `{name}.clone()`."]
+    return []
+
+
+def linspace_with_its_end(tree: ast.AST, where: Where) -> list[str]:
+    """``torch.linspace(0, n, n)``: n values from 0 to n, both ends included, spaced n / (n - 1) apart,
+    not 0, 1, ..., n - 1."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "linspace" \
+                and len(node.args) >= 3 and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0 \
+                and ast.dump(node.args[1]) == ast.dump(node.args[2]):
+            n = where.text(node.args[1])
+            return [f"{where.line(node)}, `{where.text(node)}`: linspace includes its end, so these are {n} values from 0 to "
+                    f"{n} itself, spaced {n} / ({n} - 1) apart, not 0, 1, ..., {n} - 1 (that is torch.arange({n}))."]
+    return []

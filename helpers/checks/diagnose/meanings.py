@@ -201,12 +201,22 @@ def _meaning(exc: BaseException, sizes, values=(), source: str = "", guesses: bo
     m = re.search(r"Sizes of tensors must match except in dimension (-?\d+)\. Expected size (\d+) but got size (\d+)", text)
     if m:
         d, want, got = m.groups()
-        unsq = re.search(r"\.unsqueeze\((-?\d+)\)", source.split("#")[0])
+        code = source.split("#")[0].replace(" ", "")
+        unsq = re.search(r"\.unsqueeze\((-?\d+)\)", code)
+        row = re.search(r"\.(reshape|view)\(1,-1\)", code)
         return Finding(f"torch.cat joins tensors along dim {d}: every other axis must have the same size in all of them, and "
                        f"one tensor has {n(got)} where the first has {n(want)}."
                 + (f" .unsqueeze({unsq.group(1)}) put the new size-1 axis at position {unsq.group(1)}: to join a (B,) "
                    f"tensor to a (B, T) one along dim 1, make it (B, 1) with unsqueeze(1) (or [:, None])."
-                   if unsq else ""))
+                   if unsq else
+                   f" .{row.group(1)}(1, -1) makes a row, (1, N): to join a (B,) tensor to a (B, T) one along dim 1, "
+                   f"make it a column, (B, 1), with {row.group(1)}(-1, 1) or unsqueeze(1)."
+                   if row and d in ("1", "-1") else ""))
+    m = re.search(r"value cannot be converted to type (u?int\d+) without overflow", text)
+    if m:
+        info = torch.iinfo(getattr(torch, m.group(1)))
+        return Finding(f"{m.group(1)} holds the integers {info.min} ... {info.max} only, and a value given to it lies outside "
+                       f"that range{' (a byte is 0 ... 255: torch.uint8 holds it, int8 does not)' if m.group(1) == 'int8' else ''}.")
     fn = re.search(r"\bmath\.(\w+)\(", source.split("#")[0])
     if fn and ("only one element tensors can be converted to Python scalars" in text
                or "must be real number, not Tensor" in text):

@@ -240,7 +240,8 @@ def first_divergence(
         if not isinstance(have, torch.Tensor):
             return (
                 f"the reference calls {label}, but in your module {name} was never called with a tensor "
-                "(or it has another name); everything before it matches."
+                f"(it has another name, or its weight is used directly, as in a fused product, so no value can be "
+                f"compared from {name} on); everything before it matches."
             )
         if tuple(have.shape) != tuple(want.shape):
             return (
