@@ -1,6 +1,9 @@
 """Hints for a broadcasting clash: what, among the failing line's tensors, likely caused it (a
-matrix that needs .T, two 1-D tensors met elementwise, a size read from the front, a reduction
-without keepdim, an unsqueeze at the wrong place, .T on more than two axes).
+matrix that needs .T, a mask the other way round, a * between a matrix product's two sides, two 1-D
+tensors met elementwise, a size read from the front, a reduction without keepdim (computed from the
+line when it reduces a tensor of its own), a size-1 axis inside a shape, B and T flattened into one
+axis, a per-row vector met by the last axis, an unsqueeze at the wrong place, .T on more than two
+axes). A hint that names a cause has checked it against PyTorch's two sizes where it can.
 
 Every hint takes a :class:`Clash` and returns a :class:`~helpers.checks.diagnose.finding.Finding`
 that names its cause, or nothing; ``BROADCAST_HINTS`` lists them in the order they are tried.
