@@ -229,6 +229,10 @@ CASES = {
                                                    ("v = self.value(x).view(B, T_new, nh, hs).transpose(1, 2)",
                                                     "v = self.value(x).view(B, nh, T_new, hs)")],
         "check_cached_attention", "CachedSelfAttention", ["the heads were split with one view to (B, nh, T_new, hs)"]),
+    "an estimate over logits permuted, then flattened": (
+        "07-training", "estimate-loss", [("loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))",
+                                          "loss = F.cross_entropy(logits.permute(0, 2, 1).reshape(-1, V), y.reshape(-1))")],
+        "check_estimate_loss", "estimate_loss", ["after the classes were moved to dimension 1 (permute(0, 2, 1))"]),
     "every target scored under the first position": (
         "07-training", "train-step", [("loss = F.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))",
                                        "loss = -torch.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(1)).mean()")],

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.checks.core import CheckFailed
+from helpers.checks.cross_entropy import memory_order_variants
 from helpers.checks.functions import Compare, Spec, function_checks
 from helpers.checks.invariants import rng_watch
 from helpers.reference import training_step as ref
@@ -126,10 +127,12 @@ def _read(out):
     return {k: torch.tensor(v, dtype=torch.float64) if isinstance(v, float) else v for k, v in out.items()}
 
 
-def _estimate(case: Case, *, seeding="split", average="mean", reduction="mean", seed=None) -> dict[str, torch.Tensor]:
+def _estimate(case: Case, *, seeding="split", average="mean", reduction="mean", seed=None,
+              regrouped: str | None = None) -> dict[str, torch.Tensor]:
     """The case's estimate as written, or put together the way a classic mistake puts it.
     seeding: "split" (a new generator per split), "once" (one for all splits), "batch" (re-seeded
-    before every batch); average: "mean", "sum", "last" or "by_B" (divided by batch_size)."""
+    before every batch); average: "mean", "sum", "last" or "by_B" (divided by batch_size);
+    regrouped: the words of one of ``memory_order_variants`` (the logits regrouped in memory order)."""
     model = model_for(case).eval()
     seed = (DEFAULT_SEED if case.eval_seed is None else case.eval_seed) if seed is None else seed
     out, generator = {}, torch.Generator().manual_seed(seed)
@@ -142,7 +145,9 @@ def _estimate(case: Case, *, seeding="split", average="mean", reduction="mean", 
                 if seeding == "batch":
                     generator = torch.Generator().manual_seed(seed)
                 x, y = known_get_batch(ids, case.B, case.T, generator=generator)  # (B, T) each
-                losses.append(F.cross_entropy(model(x).reshape(-1, case.V), y.reshape(-1), reduction=reduction).item())
+                logits = model(x)  # (B, T, V)
+                losses.append(memory_order_variants(logits, y)[regrouped].item() if regrouped else
+                              F.cross_entropy(logits.reshape(-1, case.V), y.reshape(-1), reduction=reduction).item())
             value = {"mean": sum(losses) / len(losses), "sum": sum(losses), "last": losses[-1] / len(losses),
                      "by_B": sum(losses) / case.B}[average]
             out[name] = torch.tensor(value, dtype=torch.float64)
@@ -175,6 +180,8 @@ def _variants(case: Case) -> dict[str, dict]:
         "every estimate is divided by ln 2 (bits per character, 1.443 × the loss): the estimate is the mean "
         "cross-entropy in nats, as train_step's loss, so that the two can be compared":
             {k: v / math.log(2) for k, v in _estimate(case).items()},
+        **{words: _estimate(case, regrouped=words)
+           for words in memory_order_variants(torch.zeros(1, case.T, case.V), torch.zeros(1, case.T, dtype=torch.long))},
     }
 
 
