@@ -34,17 +34,20 @@ from helpers.checks.gpt2_format import (
     _cause,
     _same,
     changed_message,
-    checkpoint_changed,
     gpt2_format_checkpoint,
     gpt2_shaped_config,
-    kept,
     key_error_facts,
     key_error_hint,
     shared_message,
     shared_with_checkpoint,
     sublayer_outputs,
 )
-from helpers.checks.invariants import input_gradients, judge_input_gradients
+from helpers.checks.invariants import (
+    dict_changed,
+    input_gradients,
+    judge_input_gradients,
+    tensors_kept,
+)
 from helpers.checks.verdict import tolerance
 from helpers.reference import gpt2, transformer_lm
 
@@ -200,7 +203,7 @@ def _probe_load(cases):
             seed, V, P, C, L, nh, B, T, dtype = case
             model = _fresh_model(case)  # seeded: a weight left unloaded keeps known values
             checkpoint = WatchedCheckpoint(_checkpoint(case))
-            before = kept(checkpoint)
+            before = tensors_kept(checkpoint)
             try:
                 returned = load_gpt2_state_dict(model, checkpoint)
                 params = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
@@ -213,7 +216,7 @@ def _probe_load(cases):
                 continue
             runs.append({"params": params, "tied": tied, "outputs": outputs, "shared": shared, "dtypes": dtypes,
                          "returned": "the model" if returned is model else describe(returned),
-                         "checkpoint_changed": checkpoint_changed(checkpoint, before)})
+                         "checkpoint_changed": dict_changed(checkpoint, before)})
         return {"runs": runs}
 
     return probe

@@ -242,24 +242,6 @@ def shared_message(what: str, shared: dict[str, str]) -> str:
             "checkpoint's dtype. Copy the values into the model's own tensors: param.copy_(...).")
 
 
-def kept(checkpoint: dict) -> dict:
-    """Probe side, before a loader runs: each entry of the caller's checkpoint and a copy of its values."""
-    return {k: (v, v.detach().clone()) for k, v in checkpoint.items() if isinstance(v, torch.Tensor)}
-
-
-def checkpoint_changed(checkpoint: dict, before: dict) -> str:
-    """Probe side, after the loader ran: how it changed the caller's checkpoint, in words ("" when it
-    left it as it was): an entry removed, replaced by another tensor, or changed in place."""
-    gone = [k for k in before if k not in checkpoint]
-    replaced = [k for k in before if k in checkpoint and checkpoint[k] is not before[k][0]]
-    written = [k for k in before if k in checkpoint and checkpoint[k] is before[k][0]
-               and (before[k][0].shape != before[k][1].shape or not torch.equal(before[k][0], before[k][1]))]
-    for keys, how in ((gone, "removed from it"), (replaced, "replaced by another tensor"), (written, "changed in place")):
-        if keys:
-            return f"{len(keys)} of its entries {how} ({keys[0]!r} first)"
-    return ""
-
-
 def changed_message(what: str, how: str) -> str:
     """Judge side: the loader changed the checkpoint it was handed."""
     return (f"{what}: the weights load, but the caller's checkpoint came back changed: {how}. The caller may load it "

@@ -53,7 +53,7 @@ exercise must also hold, and where it is checked:
   leaves the caller's list of ids as it was (no pop); ``encode`` returns a new list at every call (a
   memo that hands out its own list is seen when the caller appends to what it got and encodes the
   same text again); GPT-2's and Llama's loaders leave the caller's checkpoint as they found it (no entry
-  popped, replaced or transposed in place: ``gpt2_format.checkpoint_changed``).
+  popped, replaced or transposed in place); the three use :func:`dict_changed`.
 * **work done, step by step** (``generate_cached``): the positions each call to forward_cached
   computes are compared with the lesson's rule step by step, so the steps that ran more than the
   newest token are named with the text's length then, not "every step".
@@ -117,6 +117,25 @@ def _weighting(out: torch.Tensor) -> torch.Tensor:
     """A fixed random weighting of an output: the gradient of ``(out * w).sum()`` tests every entry."""
     w = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     return w.to(out.dtype)
+
+
+def tensors_kept(mapping: dict) -> dict:
+    """Probe side, before a call: each tensor entry of the caller's dict (a checkpoint, the splits)
+    and a copy of its values, for :func:`dict_changed`."""
+    return {k: (v, v.detach().clone()) for k, v in mapping.items() if isinstance(v, torch.Tensor)}
+
+
+def dict_changed(mapping: dict, before: dict) -> str:
+    """Probe side, after the call: how it changed the caller's dict, in words ("" when it left it as
+    it was): entries removed, replaced by another value, or changed in place, with the first key."""
+    gone = [k for k in before if k not in mapping]
+    replaced = [k for k in before if k in mapping and mapping[k] is not before[k][0]]
+    written = [k for k in before if k in mapping and mapping[k] is before[k][0]
+               and (before[k][0].shape != before[k][1].shape or not torch.equal(before[k][0], before[k][1]))]
+    for keys, how in ((gone, "removed from it"), (replaced, "replaced by another value"), (written, "changed in place")):
+        if keys:
+            return f"{len(keys)} of its entries {how} ({keys[0]!r} first)"
+    return ""
 
 
 def input_gradients(fn, *args) -> dict:

@@ -27,11 +27,10 @@ from helpers.checks.diagnose import explain_mismatch
 from helpers.checks.errors import caught, raise_caught
 from helpers.checks.gpt2_format import (
     changed_message,
-    checkpoint_changed,
-    kept,
     shared_message,
     shared_with_checkpoint,
 )
+from helpers.checks.invariants import dict_changed, tensors_kept
 from helpers.checks.llama_format import (
     known_good_modern_lm,
     llama_config,
@@ -82,13 +81,13 @@ def _probe_load(cases):
             model = _fresh(case)
             try:
                 checkpoint = llama_format_checkpoint(_load_config(case), case[0], case[-1])
-                before = kept(checkpoint)
+                before = tensors_kept(checkpoint)
                 load_llama_state_dict(model, checkpoint)
                 params = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
                 found.append({"params": params, "tied": model.lm_head.weight is model.word_to_embedding.weight,
                               "shared": shared_with_checkpoint(model, checkpoint),
                               "outputs": llama_sublayer_outputs(model, _ids(case)),
-                              "checkpoint_changed": checkpoint_changed(checkpoint, before)})
+                              "checkpoint_changed": dict_changed(checkpoint, before)})
             except Exception as exc:  # noqa: BLE001 - the error is evidence
                 found.append(caught(exc))
         return {"runs": found}

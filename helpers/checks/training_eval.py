@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from helpers.checks.core import CheckFailed
 from helpers.checks.cross_entropy import memory_order_variants
 from helpers.checks.functions import Compare, Spec, function_checks
-from helpers.checks.invariants import rng_watch
+from helpers.checks.invariants import dict_changed, rng_watch, tensors_kept
 from helpers.reference import training_step as ref
 from helpers.reference import transformer_lm
 
@@ -107,11 +107,10 @@ def _call(function, case: Case) -> dict:
     model.register_forward_pre_hook(lambda module, args: seen.append([module.training, torch.is_grad_enabled()]))
     kwargs = {} if case.eval_seed is None else {"seed": case.eval_seed}
     splits = case.splits
-    given = {name: (ids, ids.clone()) for name, ids in splits.items()}  # the caller's dict, kept to compare
+    given = tensors_kept(splits)  # the caller's dict, kept to compare
     with rng_watch() as rng:  # nothing here draws: PyTorch's global generator must stay where it was
         out = function(model, splits, case.n_batches, case.B, case.T, **kwargs)
-    changed = sorted(name for name in set(given) | set(splits) if name not in splits or name not in given
-                     or splits[name] is not given[name][0] or not torch.equal(given[name][0], given[name][1]))
+    changed = dict_changed(splits, given)
     plain = {str(k): _plain(v) for k, v in out.items()} if isinstance(out, dict) else {"__not_a_dict__": _plain(out)}
     again = function(model_for(case), case.splits, case.n_batches, case.B, case.T, **kwargs)  # the same call again
     same = isinstance(out, dict) and isinstance(again, dict) and out.keys() == again.keys() and all(
@@ -243,8 +242,8 @@ def _form(what: str, case: Case, got, run: dict) -> str | None:
                 "should use: the model is measured in evaluation mode and every batch "
                 "comes from the split's own generator, get_batch(..., generator=generator).")
     if run.get("splits_changed"):
-        return (f"{what} changed the caller's splits dict: afterwards its {run['splits_changed'][0]!r} entry is not the "
-                f"ids it held{' (the dict returned is the one given, its ids replaced by the losses)' if run.get('returned_splits') else ''}. "
+        return (f"{what} changed the caller's splits dict: {run['splits_changed']}"
+                f"{' (the dict returned is the one given, its ids replaced by the losses)' if run.get('returned_splits') else ''}. "
                 "The caller measures again later, and trains, with that same dict: build a new dict for the losses.")
     if isinstance(out, dict) and "__not_a_dict__" in out:
         return (f"{what} returned {_words(out['__not_a_dict__'])}: return a dict with one Python float per split, "

@@ -1,6 +1,9 @@
 """Notes on Python's own semantics in a student's code (``code_notes``): a second name taken for a copy
 and then written through, an iterator read twice, a function made in a loop that reads the loop's name
-when it is called. Each says what the line does and asks. (The truth value of a tensor is read off the
+when it is called, ``is`` with a literal, ``~`` on a bool, one inner list repeated for every row, an
+in-place method on a name its own statement also uses; and on a few PyTorch calls whose meaning is
+plain from the line: a ``.data`` read, ``squeeze()`` with no axis, ``torch.tensor`` of an argument,
+``linspace(0, n, n)``. Each says what the line does and asks. (The truth value of a tensor is read off the
 error it raises: ``exceptions._truth_of_a_tensor``.)"""
 
 from __future__ import annotations
